@@ -1,0 +1,119 @@
+"""Independent PyTorch reference for (Flash)Attention, used to check the kernels.
+
+Torch-only on purpose: nothing else from ``flash_attn_cute`` is imported, so the
+reference stays usable (and testable on CPU) while the CUDA side is being built.
+
+Conventions follow flash-attn 2.x:
+  * q: (batch, seqlen_q, nheads, d); k: (batch, seqlen_k, nheads_k, d);
+    v: (batch, seqlen_k, nheads_k, d_v).  GQA/MQA: query head h reads kv head
+    h // (nheads // nheads_k).
+  * causal masks are bottom-right aligned (flash-attn >= 2.1): query row i sees
+    key j iff j <= i + seqlen_k - seqlen_q.
+  * lse is the natural-log logsumexp of the *scaled* scores over visible keys,
+    float32, shape (batch, nheads, seqlen_q).  A row that sees no key has
+    output exactly 0 and lse = +inf (never NaN).
+"""
+import math
+
+import torch
+
+__all__ = ["attention_ref", "attention_varlen_ref"]
+
+
+def _compute_dtype(dtype, upcast):
+    """float32 when upcasting (float64 inputs stay float64), else the input dtype."""
+    if not upcast:
+        return dtype
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, reorder_ops=False):
+    """Reference attention for padded (batch, seqlen, nheads, d) tensors.
+
+    Args:
+        q: (batch, seqlen_q, nheads, d).
+        k: (batch, seqlen_k, nheads_k, d), nheads % nheads_k == 0.
+        v: (batch, seqlen_k, nheads_k, d_v); d_v may differ from d.
+        causal: apply the bottom-right aligned causal mask.
+        softmax_scale: defaults to 1 / sqrt(d).
+        upcast: compute (and return ``out``) in float32 (float64 inputs stay
+            float64).  If False, matmuls and softmax run in the inputs' dtype,
+            like flash-attn's "low-precision reference", and ``out`` has that dtype.
+        reorder_ops: multiply q by the scale before QK^T instead of scaling the
+            scores afterwards (changes rounding only).
+
+    Returns:
+        (out, lse): out (batch, seqlen_q, nheads, d_v); lse (batch, nheads, seqlen_q)
+        float32, +inf for rows that see no key.
+    """
+    assert q.dim() == k.dim() == v.dim() == 4, "expected (batch, seqlen, nheads, d) tensors"
+    batch, seqlen_q, nheads, d = q.shape
+    _, seqlen_k, nheads_k, _ = k.shape
+    assert k.shape[0] == v.shape[0] == batch and k.shape[3] == d
+    assert v.shape[1] == seqlen_k and v.shape[2] == nheads_k
+    assert nheads % nheads_k == 0, "nheads must be a multiple of nheads_k"
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(d)
+
+    dtype = _compute_dtype(q.dtype, upcast)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    groups = nheads // nheads_k
+    if groups > 1:  # GQA/MQA: kv head h // groups serves query head h
+        k = k.repeat_interleave(groups, dim=2)
+        v = v.repeat_interleave(groups, dim=2)
+
+    if reorder_ops:
+        scores = torch.einsum("bthd,bshd->bhts", q * softmax_scale, k)
+    else:
+        scores = torch.einsum("bthd,bshd->bhts", q, k) * softmax_scale
+
+    if causal:
+        row = torch.arange(seqlen_q, device=q.device).view(-1, 1)
+        col = torch.arange(seqlen_k, device=q.device).view(1, -1)
+        masked = col > row + (seqlen_k - seqlen_q)  # (seqlen_q, seqlen_k), True = hidden
+        scores = scores.masked_fill(masked, float("-inf"))
+        row_empty = masked.all(dim=-1)  # (seqlen_q,)
+    else:
+        row_empty = torch.full((seqlen_q,), seqlen_k == 0, dtype=torch.bool, device=q.device)
+
+    lse = torch.logsumexp(scores.float(), dim=-1)  # -inf for empty rows
+    lse = lse.masked_fill(row_empty.view(1, 1, -1), float("inf"))
+
+    attn = torch.softmax(scores, dim=-1)  # NaN on fully masked rows ...
+    attn = attn.masked_fill(row_empty.view(1, 1, -1, 1), 0.0)  # ... replaced by exact 0
+    out = torch.einsum("bhts,bshd->bthd", attn.to(v.dtype), v)
+    return out, lse
+
+
+def attention_varlen_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False,
+                         softmax_scale=None, upcast=True, reorder_ops=False):
+    """Reference attention for packed variable-length batches.
+
+    Args:
+        q: (total_q, nheads, d); k: (total_k, nheads_k, d); v: (total_k, nheads_k, d_v).
+        cu_seqlens_q, cu_seqlens_k: int32 (batch + 1,) cumulative sequence offsets.
+            Sequences of length 0 (either side) are allowed.
+        causal, softmax_scale, upcast, reorder_ops: as in :func:`attention_ref`,
+            applied per sequence (causal is bottom-right aligned per sequence).
+
+    Returns:
+        (out, lse): out (total_q, nheads, d_v); lse (nheads, total_q) float32
+        (flash-attn 2.x varlen layout).  Query rows with an empty key sequence
+        (or hidden by the causal mask) give out 0 and lse +inf.
+    """
+    assert q.dim() == k.dim() == v.dim() == 3, "expected (total, nheads, d) tensors"
+    cu_q = [int(x) for x in cu_seqlens_q.tolist()]
+    cu_k = [int(x) for x in cu_seqlens_k.tolist()]
+    assert len(cu_q) == len(cu_k) >= 1, "cu_seqlens_q / cu_seqlens_k must both have batch + 1 entries"
+    total_q, nheads, _ = q.shape
+    out = torch.zeros(total_q, nheads, v.shape[-1], dtype=_compute_dtype(q.dtype, upcast), device=q.device)
+    lse = torch.full((nheads, total_q), float("inf"), dtype=torch.float32, device=q.device)
+    for b in range(len(cu_q) - 1):
+        q0, q1, k0, k1 = cu_q[b], cu_q[b + 1], cu_k[b], cu_k[b + 1]
+        if q1 == q0:
+            continue
+        o_b, lse_b = attention_ref(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], causal=causal,
+                                   softmax_scale=softmax_scale, upcast=upcast, reorder_ops=reorder_ops)
+        out[q0:q1] = o_b[0]
+        lse[:, q0:q1] = lse_b[0]
+    return out, lse

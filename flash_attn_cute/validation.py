@@ -1,0 +1,136 @@
+"""Input checks for every public entry point, with messages that name the problem.
+
+Shapes, dtypes, head dims, strides and cu_seqlens are checked before the device, so a CPU-only
+machine can test all of it. Checks that would need a host read of a GPU tensor are not done.
+"""
+import torch
+
+MAX_HEAD_DIM = 256
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+ALIGN_ELEMENTS = 8  # 16 bytes of fp16 / bf16: the kernels move 16-byte vectors
+
+
+class FlashAttnInputError(ValueError):
+    """Raised for tensors or arguments the kernels cannot take."""
+
+
+def _fail(msg):
+    raise FlashAttnInputError(f"flash_attn_cute: {msg}")
+
+
+def _check_tensor(name, t):
+    if not isinstance(t, torch.Tensor):
+        _fail(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+
+
+def check_dtypes(**tensors):
+    first_name, first = next(iter(tensors.items()))
+    for name, t in tensors.items():
+        _check_tensor(name, t)
+        if t.dtype not in SUPPORTED_DTYPES:
+            _fail(f"{name} has dtype {t.dtype}; only torch.float16 and torch.bfloat16 are supported")
+        if t.dtype != first.dtype:
+            _fail(f"{name} has dtype {t.dtype} but {first_name} has {first.dtype}; all must match")
+
+
+def check_layout(*, aligned, **tensors):
+    """Last dim contiguous; with aligned=True also 16-byte aligned pointers and strides."""
+    for name, t in tensors.items():
+        if t.dim() and t.size(-1) > 1 and t.stride(-1) != 1:
+            _fail(f"{name} must have a contiguous last dimension (stride(-1) == 1), got strides {t.stride()}")
+        if not aligned:
+            continue
+        bad = [i for i in range(t.dim() - 1) if t.size(i) > 1 and t.stride(i) % ALIGN_ELEMENTS]
+        if bad:
+            _fail(f"{name} strides {t.stride()} must be multiples of {ALIGN_ELEMENTS} elements "
+                  f"(16 bytes) in every dimension but the last")
+        if not torch.compiler.is_compiling() and t.data_ptr() % 16:
+            _fail(f"{name} data pointer must be 16-byte aligned")
+
+
+def check_head_dim(head_dim, head_dim_v):
+    if head_dim != head_dim_v:
+        _fail(f"q/k head dim {head_dim} and v head dim {head_dim_v} must be equal")
+    if not 0 < head_dim <= MAX_HEAD_DIM:
+        _fail(f"head dim must be in [1, {MAX_HEAD_DIM}], got {head_dim}")
+
+
+def check_qkv(q, k, v, varlen):
+    """Shapes of q (b, sq, h, d) / k, v (b, sk, hk, d), or their varlen (total, h, d) forms."""
+    check_dtypes(q=q, k=k, v=v)
+    rank = 3 if varlen else 4
+    form = "(total, nheads, headdim)" if varlen else "(batch, seqlen, nheads, headdim)"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != rank:
+            _fail(f"{name} must be {rank}-D {form}, got shape {tuple(t.shape)}")
+    if k.shape[:-1] != v.shape[:-1]:
+        _fail(f"k {tuple(k.shape)} and v {tuple(v.shape)} must agree in all but the last dimension")
+    if not varlen and q.size(0) != k.size(0):
+        _fail(f"q batch {q.size(0)} and k batch {k.size(0)} differ")
+    if q.size(-1) != k.size(-1):
+        _fail(f"q head dim {q.size(-1)} and k head dim {k.size(-1)} differ")
+    check_head_dim(q.size(-1), v.size(-1))
+    nheads, nheads_k = q.size(-2), k.size(-2)
+    if nheads_k == 0 or nheads % nheads_k:
+        _fail(f"nheads ({nheads}) must be a multiple of nheads_k ({nheads_k})")
+
+
+def check_cu_seqlens(name, cu, total):
+    _check_tensor(name, cu)
+    if cu.dtype != torch.int32:
+        _fail(f"{name} must be torch.int32, got {cu.dtype}")
+    if cu.dim() != 1 or cu.numel() < 1:
+        _fail(f"{name} must be 1-D of length batch + 1, got shape {tuple(cu.shape)}")
+    if cu.device.type == "cpu" and not torch.compiler.is_compiling():
+        # Cheap here (no device sync): catch non-monotone or out-of-range prefix sums.
+        if cu[0] != 0 or bool((cu[1:] < cu[:-1]).any()) or int(cu[-1]) > total:
+            _fail(f"{name} must start at 0, be non-decreasing and end at most at {total}")
+
+
+def check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.size(0))
+    check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.size(0))
+    if cu_seqlens_q.numel() != cu_seqlens_k.numel():
+        _fail(f"cu_seqlens_q ({cu_seqlens_q.numel()}) and cu_seqlens_k ({cu_seqlens_k.numel()}) "
+              "must have the same length (batch + 1)")
+    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if not isinstance(value, int) or value < 0:
+            _fail(f"{name} must be a non-negative int, got {value!r}")
+
+
+def check_out(out, q):
+    _check_tensor("out", out)
+    if out.shape != q.shape or out.dtype != q.dtype:
+        _fail(f"out must match q: shape {tuple(q.shape)} dtype {q.dtype}, got {tuple(out.shape)} {out.dtype}")
+
+
+def check_device(**tensors):
+    """All tensors on one CUDA device of compute capability 8.0 or newer."""
+    devices = {t.device for t in tensors.values() if t is not None}
+    for name, t in tensors.items():
+        if t is not None and t.device.type != "cuda":
+            _fail(f"{name} is on {t.device}; flash_attn_cute needs CUDA tensors")
+    if len(devices) > 1:
+        _fail(f"all tensors must be on one device, got {sorted(map(str, devices))}")
+    device = devices.pop()
+    if torch.compiler.is_compiling():
+        return  # checked when the op runs; a device query would break the graph
+    major, minor = torch.cuda.get_device_capability(device)
+    if major < 8:
+        _fail(f"{torch.cuda.get_device_name(device)} (sm_{major}{minor}) is not supported: "
+              "flash_attn_cute needs compute capability 8.0 or newer")
+
+
+def check_not_implemented(dropout_p=0.0, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                          block_table=None):
+    """Features flash-attn 2.x has that this build does not yet: refuse, never ignore."""
+    if dropout_p:
+        raise NotImplementedError("flash_attn_cute: dropout_p > 0 is not implemented yet")
+    if tuple(window_size) != (-1, -1):
+        raise NotImplementedError("flash_attn_cute: window_size (local attention) is not implemented yet")
+    if softcap:
+        raise NotImplementedError("flash_attn_cute: softcap is not implemented yet")
+    if alibi_slopes is not None:
+        raise NotImplementedError("flash_attn_cute: alibi_slopes is not implemented yet")
+    if block_table is not None:
+        raise NotImplementedError("flash_attn_cute: block_table (paged KV) is not implemented yet")

@@ -1,0 +1,82 @@
+// Where one (batch, head) problem lives and which key blocks a query row block visits.
+// Host-and-device, no CuTe: the C++ unit tests exercise it on the CPU.
+#pragma once
+
+#include "params.h"
+
+#if defined(__CUDACC__)
+#define FLASH_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define FLASH_HOST_DEVICE inline
+#endif
+
+namespace flash_attn_cute {
+
+FLASH_HOST_DEVICE constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// Sequence lengths and element offsets of one batch entry (fixed-length or varlen).
+struct BlockInfo {
+  int seqlen_q;
+  int seqlen_k;
+  index_t q_row_start;  // first row of this sequence in a (total, heads, dim) varlen tensor, else 0
+  index_t k_row_start;
+  bool is_varlen;
+
+  FLASH_HOST_DEVICE BlockInfo(FwdParams const& params, int bidb)
+      : seqlen_q(params.cu_seqlens_q ? params.cu_seqlens_q[bidb + 1] - params.cu_seqlens_q[bidb]
+                                     : params.seqlen_q),
+        seqlen_k(params.cu_seqlens_k ? params.cu_seqlens_k[bidb + 1] - params.cu_seqlens_k[bidb]
+                                     : params.seqlen_k),
+        q_row_start(params.cu_seqlens_q ? params.cu_seqlens_q[bidb] : 0),
+        k_row_start(params.cu_seqlens_k ? params.cu_seqlens_k[bidb] : 0),
+        is_varlen(params.cu_seqlens_q != nullptr) {}
+
+  // Element offset of row 0 of (batch bidb, head h) in a Q-side / K-side tensor.
+  FLASH_HOST_DEVICE index_t q_offset(TensorView const& t, int bidb, int h) const {
+    return row_offset(t, bidb, q_row_start, is_varlen) + h * t.head_stride;
+  }
+  FLASH_HOST_DEVICE index_t k_offset(TensorView const& t, int bidb, int h) const {
+    return row_offset(t, bidb, k_row_start, is_varlen) + h * t.head_stride;
+  }
+  // Offset of row 0 of (batch bidb, head h) in softmax_lse.
+  FLASH_HOST_DEVICE index_t lse_offset(FwdParams const& params, int bidb, int h) const {
+    return (is_varlen ? q_row_start : bidb * params.lse_batch_stride) + h * params.lse_head_stride;
+  }
+
+ private:
+  FLASH_HOST_DEVICE static index_t row_offset(TensorView const& t, int bidb, index_t row_start, bool varlen) {
+    return varlen ? row_start * t.row_stride : bidb * t.batch_stride;
+  }
+};
+
+// Key blocks visited by one query row block, walked from n_block_max - 1 down to n_block_min.
+// The top n_masked_steps blocks hold at least one invisible (row, key) pair and run the masked
+// step; every block below them is fully visible to every row and runs mask-free.
+struct NBlockRange {
+  int n_block_min;
+  int n_block_max;  // exclusive; n_block_max <= n_block_min means the rows see no key
+  int n_masked_steps;
+};
+
+// Query row i sees key j iff j < seqlen_k and, when causal, j <= i + seqlen_k - seqlen_q
+// (bottom-right aligned, flash-attn >= 2.1).
+FLASH_HOST_DEVICE constexpr NBlockRange fwd_n_block_range(int m_block, int block_m, int block_n,
+                                                         int seqlen_q, int seqlen_k, bool is_causal) {
+  const int diag_offset = seqlen_k - seqlen_q;
+  // One past the last key seen by the block's last row, and by its first row.
+  int key_end_last_row = seqlen_k;
+  int key_end_first_row = seqlen_k;
+  if (is_causal) {
+    const int last_row_end = (m_block + 1) * block_m + diag_offset;
+    const int first_row_end = m_block * block_m + diag_offset + 1;
+    key_end_last_row = last_row_end < seqlen_k ? last_row_end : seqlen_k;
+    key_end_first_row = first_row_end < seqlen_k ? first_row_end : seqlen_k;
+  }
+  const int n_block_max = key_end_last_row > 0 ? ceil_div(key_end_last_row, block_n) : 0;
+  // Blocks that end at or before key_end_first_row are visible to every row of the block.
+  int n_unmasked = key_end_first_row > 0 ? key_end_first_row / block_n : 0;
+  if (n_unmasked > n_block_max) n_unmasked = n_block_max;
+  return {0, n_block_max, n_block_max - n_unmasked};
+}
+
+}  // namespace flash_attn_cute

@@ -1,0 +1,23 @@
+// What the torch glue (or any C++ caller) sees of the forward: the params, the launcher
+// declarations and which instantiations this build has. No CuTe, no torch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "params.h"
+#include "tile_size.h"
+
+namespace flash_attn_cute {
+
+// Defined in the generated instantiation files (csrc/generated/), one per combination.
+template <DType kDType, int kHeadDim, bool kIsCausal>
+cudaError_t run_fwd(FwdParams const& params, cudaStream_t stream);
+
+// Runs the forward on params.dtype / params.head_dim / params.is_causal. Returns
+// cudaErrorNotSupported when that combination was left out of this build.
+cudaError_t run_fwd_dispatch(FwdParams const& params, cudaStream_t stream);
+
+// Whether this build holds a kernel for the dtype and (kernel) head dim.
+bool fwd_is_built(DType dtype, int kernel_head_dim);
+
+}  // namespace flash_attn_cute

@@ -1,0 +1,58 @@
+// Writes one normalised row block of O (through shared memory, as 16-byte vectors) and its LSE.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "kernel_traits.h"
+#include "utils.h"
+
+namespace flash_attn_cute {
+
+using namespace cute;
+
+// tOrO: the normalised fp32 O accumulator (MMA, MMA_M, MMA_K); lse: one value per accumulator row.
+// gO: this row block's (kBlockM, kHeadDim) tile of O; gLSE: (kBlockM) slice of softmax_lse.
+// sO may alias Q's shared memory: the caller guarantees every warp is done reading Q.
+template <class Traits, class TensorO, class TensorLse, class TensorGO, class TensorSO, class TensorGLse>
+__device__ __forceinline__ void write_o(TensorO const& tOrO, TensorLse const& lse, TensorGO& gO, TensorSO& sO,
+                                        TensorGLse& gLSE, int rows_left, int head_dim, int tidx) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  typename Traits::TiledMma tiled_mma;
+  auto thr_mma = tiled_mma.get_thread_slice(tidx);
+
+  // Registers -> shared memory, in the MMA's own layout.
+  Tensor rO = convert_type<Element>(tOrO);
+  auto smem_tiled_copy_O = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);
+  auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(tidx);
+  Tensor taccOrO = smem_thr_copy_O.retile_S(rO);   // (CPY, CPY_M, CPY_K)
+  Tensor taccOsO = smem_thr_copy_O.partition_D(sO);  // (CPY, CPY_M, CPY_K)
+  copy(smem_tiled_copy_O, taccOrO, taccOsO);
+
+  // LSE: the thread holding column 0 of a row writes it.
+  Tensor cO = make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{});           // (BLK_M, BLK_K) -> (m, k)
+  Tensor taccOcO = thr_mma.partition_C(cO);                                        // (MMA, MMA_M, MMA_K)
+  Tensor taccOcO_rc = make_tensor(taccOcO.data(), acc_layout_rowcol(taccOcO.layout()));  // (rows, cols)
+  static_assert(decltype(size<0>(taccOcO_rc))::value == decltype(size(lse))::value);
+  if (get<1>(taccOcO_rc(0, 0)) == 0) {
+#pragma unroll
+    for (int mi = 0; mi < size(lse); ++mi) {
+      const int row = get<0>(taccOcO_rc(mi, 0));
+      if (row < rows_left) gLSE(row) = lse(mi);
+    }
+  }
+  __syncthreads();
+
+  // Shared memory -> global, 16 bytes per thread per vector, predicated on rows and head_dim.
+  typename Traits::GmemTiledCopyO gmem_tiled_copy_O;
+  auto gmem_thr_copy_O = gmem_tiled_copy_O.get_thread_slice(tidx);
+  Tensor tOsO = gmem_thr_copy_O.partition_S(sO);  // (CPY, CPY_M, CPY_K)
+  Tensor tOgO = gmem_thr_copy_O.partition_D(gO);  // (CPY, CPY_M, CPY_K)
+  Tensor tOcO = gmem_thr_copy_O.partition_D(cO);  // (CPY, CPY_M, CPY_K) -> (m, k)
+  Tensor tOrOut = make_fragment_like(tOsO);
+  copy(gmem_tiled_copy_O, tOsO, tOrOut);
+  copy_in_bounds(gmem_tiled_copy_O, tOrOut, tOgO, tOcO, rows_left, head_dim);
+}
+
+}  // namespace flash_attn_cute

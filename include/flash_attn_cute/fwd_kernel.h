@@ -1,0 +1,157 @@
+// The FA2 forward kernel: one CTA per (query row block, batch, head). Q stays in shared memory;
+// K and V blocks stream through one shared buffer each, the next K block loading while the current
+// block's softmax and P V run. The loop body is written once (fwd_step) and runs first over the
+// few masked key blocks at the top of the range, then mask-free over the rest.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "block_info.h"
+#include "fwd_epilogue.h"
+#include "kernel_traits.h"
+#include "mask.h"
+#include "params.h"
+#include "softmax.h"
+#include "utils.h"
+
+namespace flash_attn_cute {
+
+using namespace cute;
+
+template <class Traits, bool Is_causal>
+__device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* smem, int m_block, int bidb,
+                                              int bidh) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  const int tidx = threadIdx.x;
+
+  const BlockInfo binfo(params, bidb);
+  if (m_block * kBlockM >= binfo.seqlen_q) return;
+  const NBlockRange range =
+      fwd_n_block_range(m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, Is_causal);
+  const int bidh_kv = bidh / (params.heads / params.heads_k);
+  const int rows_left = binfo.seqlen_q - m_block * kBlockM;
+
+  // Global tiles. gK / gV carry a third mode over key blocks.
+  auto tile_mk = Shape<Int<kBlockM>, Int<kHeadDim>>{};
+  Element* q_ptr = static_cast<Element*>(params.q.ptr) + binfo.q_offset(params.q, bidb, bidh);
+  Element* o_ptr = static_cast<Element*>(params.o.ptr) + binfo.q_offset(params.o, bidb, bidh);
+  Element* k_ptr = static_cast<Element*>(params.k.ptr) + binfo.k_offset(params.k, bidb, bidh_kv);
+  Element* v_ptr = static_cast<Element*>(params.v.ptr) + binfo.k_offset(params.v, bidb, bidh_kv);
+  const index_t m_start = index_t(m_block) * kBlockM;
+  Tensor gQ = make_tensor(make_gmem_ptr(q_ptr + m_start * params.q.row_stride), tile_mk,
+                          make_stride(params.q.row_stride, _1{}));  // (kBlockM, kHeadDim)
+  Tensor gO = make_tensor(make_gmem_ptr(o_ptr + m_start * params.o.row_stride), tile_mk,
+                          make_stride(params.o.row_stride, _1{}));  // (kBlockM, kHeadDim)
+  auto kv_blocks = [&](Element* ptr, index_t row_stride) {
+    return make_tensor(make_gmem_ptr(ptr),
+                       make_shape(Int<kBlockN>{}, Int<kHeadDim>{}, range.n_block_max),
+                       make_stride(row_stride, _1{}, row_stride * kBlockN));  // (kBlockN, kHeadDim, n)
+  };
+  Tensor gK = kv_blocks(k_ptr, params.k.row_stride);  // (kBlockN, kHeadDim, n)
+  Tensor gV = kv_blocks(v_ptr, params.v.row_stride);  // (kBlockN, kHeadDim, n)
+  Tensor gLSE = make_tensor(make_gmem_ptr(params.softmax_lse_ptr + binfo.lse_offset(params, bidb, bidh) + m_start),
+                            Shape<Int<kBlockM>>{});  // (kBlockM)
+
+  // Shared tiles: Q, then K, then V; O reuses Q's space in the epilogue.
+  Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), typename Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(sQ.data() + size(sQ), typename Traits::SmemLayoutKV{});         // (kBlockN, kHeadDim)
+  Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});         // (kBlockN, kHeadDim)
+  Tensor sVt = make_tensor(sV.data(), typename Traits::SmemLayoutVt{});                   // (kHeadDim, kBlockN)
+  Tensor sVtNoSwizzle = make_tensor(sV.data().get(), typename Traits::SmemLayoutVtNoSwizzle{});
+  Tensor sO = make_tensor(sQ.data(), typename Traits::SmemLayoutO{});                     // (kBlockM, kHeadDim)
+
+  // Global -> shared copies and the (row, col) of every vector they move.
+  typename Traits::GmemTiledCopyQKV gmem_tiled_copy;
+  auto gmem_thr_copy = gmem_tiled_copy.get_thread_slice(tidx);
+  Tensor tQgQ = gmem_thr_copy.partition_S(gQ);  // (CPY, CPY_M, CPY_K)
+  Tensor tQsQ = gmem_thr_copy.partition_D(sQ);  // (CPY, CPY_M, CPY_K)
+  Tensor tKgK = gmem_thr_copy.partition_S(gK);  // (CPY, CPY_N, CPY_K, n)
+  Tensor tKsK = gmem_thr_copy.partition_D(sK);  // (CPY, CPY_N, CPY_K)
+  Tensor tVgV = gmem_thr_copy.partition_S(gV);  // (CPY, CPY_N, CPY_K, n)
+  Tensor tVsV = gmem_thr_copy.partition_D(sV);  // (CPY, CPY_N, CPY_K)
+  Tensor tQcQ = gmem_thr_copy.partition_S(make_identity_tensor(tile_mk));  // (CPY, CPY_M, CPY_K) -> (m, k)
+  Tensor tKVcKV = gmem_thr_copy.partition_S(
+      make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));  // (CPY, CPY_N, CPY_K) -> (n, k)
+  // Only the top key block can end past seqlen_k, and it always runs a masked step: the
+  // mask-free steps skip the row predicate.
+  auto load_kv = [&](auto const& tgmem, auto& tsmem, int n_block, auto is_masked) {
+    copy_or_zero<decltype(is_masked)::value>(gmem_tiled_copy, tgmem(_, _, _, n_block), tsmem, tKVcKV,
+                                             binfo.seqlen_k - n_block * kBlockN, params.head_dim);
+  };
+
+  // MMA partitions: S = Q K^T, O = P V.
+  typename Traits::TiledMma tiled_mma;
+  auto thr_mma = tiled_mma.get_thread_slice(tidx);
+  Tensor tSrQ = thr_mma.partition_fragment_A(sQ);            // (MMA, MMA_M, MMA_K)
+  Tensor tSrK = thr_mma.partition_fragment_B(sK);            // (MMA, MMA_N, MMA_K)
+  Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle);  // (MMA, MMA_K, MMA_N)
+  Tensor tOrO = partition_fragment_C(tiled_mma, tile_mk);    // (MMA, MMA_M, MMA_K)
+  clear(tOrO);
+  auto smem_tiled_copy_Q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);
+  auto smem_tiled_copy_K = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);
+  auto smem_tiled_copy_V = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, tiled_mma);
+  Tensor tSsQ = smem_tiled_copy_Q.get_thread_slice(tidx).partition_S(sQ);    // (CPY, CPY_M, CPY_K)
+  Tensor tSsK = smem_tiled_copy_K.get_thread_slice(tidx).partition_S(sK);    // (CPY, CPY_N, CPY_K)
+  Tensor tOsVt = smem_tiled_copy_V.get_thread_slice(tidx).partition_S(sVt);  // (CPY, CPY_K, CPY_N)
+  Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (MMA, MMA_M, MMA_N)
+
+  Softmax<2 * decltype(size<1>(tOrO))::value> softmax;
+  const FwdMask<Is_causal> mask{binfo.seqlen_q, binfo.seqlen_k};
+  Tensor tOrO_rc = make_tensor(tOrO.data(), acc_layout_rowcol(tOrO.layout()));  // (rows, head_dim cols)
+
+  // One key block: S = Q K^T, mask, online softmax, O += P V. On entry K(n_block) is in flight;
+  // on exit K(n_block - 1) is, if it exists.
+  auto fwd_step = [&](int n_block, auto is_masked, bool is_first) {
+    Tensor tSrS = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
+    clear(tSrS);
+    cp_async_wait<0>();
+    __syncthreads();  // K(n_block) has landed; every warp is done reading V(n_block + 1)
+    load_kv(tVgV, tVsV, n_block, is_masked);
+    cp_async_fence();
+    gemm_ss(tiled_mma, tSrS, tSrQ, tSrK, tSsQ, tSsK, smem_tiled_copy_Q, smem_tiled_copy_K, tidx);
+    if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScS, int(m_start), n_block * kBlockN);
+    cp_async_wait<0>();
+    __syncthreads();  // V(n_block) has landed; every warp is done reading K(n_block) and Q
+    if (n_block > range.n_block_min) {
+      load_kv(tKgK, tKsK, n_block - 1, cute::false_type{});
+      cp_async_fence();
+    }
+    Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
+    constexpr bool kCheckInf = decltype(is_masked)::value;
+    if (is_first) {
+      softmax.template softmax_rescale_o<true, kCheckInf>(tSrS_rc, tOrO_rc, params.softmax_scale_log2);
+    } else {
+      softmax.template softmax_rescale_o<false, kCheckInf>(tSrS_rc, tOrO_rc, params.softmax_scale_log2);
+    }
+    Tensor rP = convert_type<Element>(tSrS);
+    Tensor tOrP = make_tensor(rP.data(), acc_layout_as_A(rP.layout()));  // (MMA, MMA_M, MMA_K)
+    gemm_rs(tiled_mma, tOrO, tOrP, tOrVt, tOsVt, smem_tiled_copy_V, tidx);
+  };
+
+  if (range.n_block_max > range.n_block_min) {
+    copy_or_zero(gmem_tiled_copy, tQgQ, tQsQ, tQcQ, rows_left, params.head_dim);
+    load_kv(tKgK, tKsK, range.n_block_max - 1, cute::true_type{});
+    cp_async_fence();
+    int n_block = range.n_block_max - 1;
+    for (int step = 0; step < range.n_masked_steps; ++step, --n_block) {
+      fwd_step(n_block, cute::true_type{}, step == 0);
+    }
+    for (; n_block >= range.n_block_min; --n_block) {
+      fwd_step(n_block, cute::false_type{}, n_block == range.n_block_max - 1);
+    }
+  }
+  // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
+  auto lse = softmax.finalize(tOrO_rc, params.softmax_scale);
+  write_o<Traits>(tOrO, lse, gO, sO, gLSE, rows_left, params.head_dim, tidx);
+}
+
+template <class Traits, bool Is_causal>
+__global__ void __launch_bounds__(Traits::kNThreads, 1) flash_fwd_kernel(__grid_constant__ const FwdParams params) {
+  extern __shared__ __align__(128) char smem[];
+  fwd_row_block<Traits, Is_causal>(params, smem, blockIdx.x, blockIdx.y, blockIdx.z);
+}
+
+}  // namespace flash_attn_cute

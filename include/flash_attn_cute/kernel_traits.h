@@ -1,0 +1,80 @@
+// Compile-time description of one forward kernel: tile shape, MMA atom, shared-memory layouts and
+// the copies between global, shared and register memory (SM80 mma.sync / cp.async / ldmatrix).
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/numeric_types.h>
+
+#include "tile_size.h"
+
+namespace flash_attn_cute {
+
+using namespace cute;
+
+template <typename Element>
+struct Sm80MmaAtom;
+template <>
+struct Sm80MmaAtom<cutlass::half_t> {
+  using type = MMA_Atom<SM80_16x8x16_F32F16F16F32_TN>;
+};
+template <>
+struct Sm80MmaAtom<cutlass::bfloat16_t> {
+  using type = MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>;
+};
+
+template <int kHeadDim_, typename Element_>
+struct FwdKernelTraits {
+  using Element = Element_;
+  using ElementAccum = float;
+
+  static constexpr FwdTileShape kTile = fwd_tile_shape(kHeadDim_);
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kTile.block_m;
+  static constexpr int kBlockN = kTile.block_n;
+  static constexpr int kNWarps = kTile.n_warps;
+  static constexpr int kNThreads = kNWarps * 32;
+  static_assert(kHeadDim % 32 == 0 && kBlockM % (16 * kNWarps) == 0);
+
+  // Warps stack along M; each computes 16-row slabs of S = Q K^T and O = P V.
+  using TiledMma = TiledMMA<typename Sm80MmaAtom<Element>::type, Layout<Shape<Int<kNWarps>, _1, _1>>,
+                            Tile<Int<16 * kNWarps>, _16, _16>>;
+
+  // Shared memory rows are cut into 64- (or 32-) element chunks; the swizzle spreads the 16-byte
+  // vectors of 8 consecutive rows over all banks, so both cp.async writes and ldmatrix reads of a
+  // column slab are conflict-free.
+  static constexpr int kBlockKSmem = kHeadDim % 64 == 0 ? 64 : 32;
+  static constexpr int kSwizzleBits = kBlockKSmem == 64 ? 3 : 2;
+  using SmemLayoutAtom = decltype(composition(
+      Swizzle<kSwizzleBits, 3, 3>{}, Layout<Shape<_8, Int<kBlockKSmem>>, Stride<Int<kBlockKSmem>, _1>>{}));
+  using SmemLayoutQ = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using SmemLayoutKV = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  // V read as the B operand of O = P V needs (head_dim, n) with n contiguous: the same bytes, viewed
+  // transposed, and read back with the transposing ldmatrix.
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutKV{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
+  using SmemLayoutVtNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutVt{}));  // register fragment shape
+  using SmemLayoutO = SmemLayoutQ;  // the output tile reuses Q's shared memory
+
+  using SmemCopyAtom = Copy_Atom<SM75_U32x4_LDSM_N, Element>;
+  using SmemCopyAtomTransposed = Copy_Atom<SM75_U16x8_LDSM_T, Element>;
+  using SmemCopyAtomO = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
+
+  static constexpr int kSmemQBytes = cosize_v<SmemLayoutQ> * sizeof(Element);
+  static constexpr int kSmemKVBytes = cosize_v<SmemLayoutKV> * sizeof(Element);
+  static constexpr int kSmemBytes = kSmemQBytes + 2 * kSmemKVBytes;
+
+  // Global <-> shared: each thread moves 16-byte vectors; a row of a kBlockKSmem chunk is covered by
+  // kGmemThreadsPerRow threads, the CTA covers kNThreads / kGmemThreadsPerRow rows per pass.
+  static constexpr int kGmemElemsPerVector = sizeof(uint128_t) / sizeof(Element);
+  static constexpr int kGmemThreadsPerRow = kBlockKSmem / kGmemElemsPerVector;
+  static_assert(kNThreads % kGmemThreadsPerRow == 0);
+  using GmemLayoutAtom = Layout<Shape<Int<kNThreads / kGmemThreadsPerRow>, Int<kGmemThreadsPerRow>>,
+                                Stride<Int<kGmemThreadsPerRow>, _1>>;
+  using GmemVectorLayout = Layout<Shape<_1, Int<kGmemElemsPerVector>>>;
+  using GmemTiledCopyQKV = decltype(make_tiled_copy(
+      Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<uint128_t>, Element>{}, GmemLayoutAtom{}, GmemVectorLayout{}));
+  using GmemTiledCopyO = decltype(make_tiled_copy(
+      Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>{}, GmemLayoutAtom{}, GmemVectorLayout{}));
+};
+
+}  // namespace flash_attn_cute

@@ -1,0 +1,49 @@
+// The plain parameter block every forward kernel reads. Torch-free: raw pointers, 64-bit strides
+// (in elements), sizes as ints. The torch glue in csrc/ fills it; C++ harnesses can fill it too.
+#pragma once
+
+#include <cstdint>
+
+namespace flash_attn_cute {
+
+using index_t = int64_t;
+
+enum class DType : int { kFloat16 = 0, kBFloat16 = 1 };
+
+// Where one tensor of shape (batch, seqlen, heads, dim) lives. In varlen mode the batch stride is
+// unused: rows of sequence b start at cu_seqlens[b] of a (total, heads, dim) tensor.
+struct TensorView {
+  void* ptr = nullptr;
+  index_t batch_stride = 0;
+  index_t row_stride = 0;
+  index_t head_stride = 0;
+};
+
+struct FwdParams {
+  TensorView q, k, v, o;
+
+  // softmax_lse: (batch, heads, seqlen_q) fp32, or (heads, total_q) in varlen mode.
+  float* softmax_lse_ptr = nullptr;
+  index_t lse_batch_stride = 0;  // unused in varlen mode (rows start at cu_seqlens_q[b])
+  index_t lse_head_stride = 0;
+
+  int batch = 0;
+  int heads = 0;
+  int heads_k = 0;             // heads % heads_k == 0; query head h reads K/V head h / (heads / heads_k)
+  int head_dim = 0;            // the real head dim: a multiple of 8, at most the kernel's kHeadDim
+  int seqlen_q = 0;            // max_seqlen_q in varlen mode
+  int seqlen_k = 0;            // max_seqlen_k in varlen mode
+
+  // Varlen: int32 prefix sums of length batch + 1, or nullptr for fixed-length batches.
+  const int* cu_seqlens_q = nullptr;
+  const int* cu_seqlens_k = nullptr;
+
+  float softmax_scale = 0.f;       // applied to q.k before the softmax
+  float softmax_scale_log2 = 0.f;  // softmax_scale * log2(e): the kernel exponentiates with exp2
+
+  bool is_causal = false;
+  DType dtype = DType::kBFloat16;
+  int num_sms = 0;  // read off the device by the caller; used by launch heuristics
+};
+
+}  // namespace flash_attn_cute

@@ -1,0 +1,88 @@
+// Online softmax over the key blocks of one query row block, FA2 style: scores are exponentiated in
+// base 2 with scale * log2(e) folded in, O is never normalised inside the loop, the row sums are
+// kept per thread and reduced across the quad only once, in finalize().
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "utils.h"
+
+namespace flash_attn_cute {
+
+using namespace cute;
+
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct SumOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+
+template <int kNRows>
+struct Softmax {
+  using RowTensor = decltype(make_tensor<float>(Shape<Int<kNRows>>{}));
+  RowTensor row_max;  // running max of the raw (unscaled) scores, quad-reduced
+  RowTensor row_sum;  // running sum of exp2 terms, this thread's columns only
+
+  __device__ __forceinline__ Softmax() {
+    fill(row_max, -INFINITY);
+    fill(row_sum, 0.f);
+  }
+
+  // The max used as the exponent's offset. A row whose scores are all -inf so far (fully masked)
+  // would give -inf - (-inf) = NaN; with Check_inf such a row uses 0 and its terms stay exp2(-inf) = 0.
+  template <bool Check_inf>
+  __device__ __forceinline__ float scaled_max(int mi, float scale_log2) const {
+    return (Check_inf && row_max(mi) == -INFINITY) ? 0.f : row_max(mi) * scale_log2;
+  }
+
+  // Folds one tile of scores into the running state and rescales the O accumulator.
+  // tSrS_rc: (rows, cols) view of the scores, overwritten with P = exp2(S * scale_log2 - max).
+  // tOrO_rc: (rows, head_dim cols) view of the O accumulator.
+  template <bool Is_first, bool Check_inf, class TensorS, class TensorO>
+  __device__ __forceinline__ void softmax_rescale_o(TensorS& tSrS_rc, TensorO& tOrO_rc, float scale_log2) {
+    static_assert(decltype(size<0>(tSrS_rc))::value == kNRows);
+#pragma unroll
+    for (int mi = 0; mi < kNRows; ++mi) {
+      const float prev_max = row_max(mi);
+      float tile_max = prev_max;
+#pragma unroll
+      for (int ni = 0; ni < size<1>(tSrS_rc); ++ni) tile_max = fmaxf(tile_max, tSrS_rc(mi, ni));
+      row_max(mi) = quad_allreduce(tile_max, MaxOp{});
+      const float max_scaled = scaled_max<Check_inf>(mi, scale_log2);
+      if constexpr (!Is_first) {
+        // prev_max == -inf (nothing seen yet) gives exp2(-inf) = 0: acc and sum are 0 anyway.
+        const float correction = exp2f(prev_max * scale_log2 - max_scaled);
+        row_sum(mi) *= correction;
+#pragma unroll
+        for (int di = 0; di < size<1>(tOrO_rc); ++di) tOrO_rc(mi, di) *= correction;
+      }
+      float sum = 0.f;
+#pragma unroll
+      for (int ni = 0; ni < size<1>(tSrS_rc); ++ni) {
+        tSrS_rc(mi, ni) = exp2f(tSrS_rc(mi, ni) * scale_log2 - max_scaled);
+        sum += tSrS_rc(mi, ni);
+      }
+      row_sum(mi) += sum;
+    }
+  }
+
+  // Normalises O by the row sums and returns each row's natural-log LSE. Rows that saw no visible
+  // key (sum 0) keep O = 0 and get LSE = +inf, flash-attn's convention.
+  template <class TensorO>
+  __device__ __forceinline__ RowTensor finalize(TensorO& tOrO_rc, float softmax_scale) {
+    RowTensor lse;
+#pragma unroll
+    for (int mi = 0; mi < kNRows; ++mi) {
+      const float sum = quad_allreduce(row_sum(mi), SumOp{});
+      const bool empty = sum == 0.f || sum != sum;
+      const float inv_sum = empty ? 1.f : 1.f / sum;
+      lse(mi) = empty ? INFINITY : row_max(mi) * softmax_scale + __logf(sum);
+#pragma unroll
+      for (int di = 0; di < size<1>(tOrO_rc); ++di) tOrO_rc(mi, di) *= inv_sum;
+    }
+    return lse;
+  }
+};
+
+}  // namespace flash_attn_cute

@@ -1,0 +1,35 @@
+// The one table of forward tile shapes. Host code picks a row of it, kernels receive it as types.
+// Host-and-device constexpr, no CuTe: the C++ unit tests read it on the CPU.
+#pragma once
+
+namespace flash_attn_cute {
+
+struct FwdTileShape {
+  int block_m;  // query rows per CTA
+  int block_n;  // key rows per mainloop step
+  int n_warps;  // warps per CTA, stacked along M
+};
+
+// Head dims that have a kernel; any other head dim <= 256 (a multiple of 8) runs on the next one up
+// with the columns past head_dim predicated off.
+inline constexpr int kFwdHeadDims[] = {32, 64, 96, 128, 192, 256};
+inline constexpr int kMaxHeadDim = 256;
+
+constexpr int fwd_kernel_head_dim(int head_dim) {
+  for (int d : kFwdHeadDims) {
+    if (head_dim <= d) return d;
+  }
+  return 0;  // too large: no kernel
+}
+
+constexpr FwdTileShape fwd_tile_shape(int kernel_head_dim) {
+  // 128 x 128 with 4 warps: small head dims keep S in few registers, so wide N tiles amortise
+  // the softmax's row reductions.
+  if (kernel_head_dim <= 64) return {128, 128, 4};
+  // From 96 on, S (128 x 128) and O no longer both fit in 255 registers per thread: 64-wide N.
+  if (kernel_head_dim <= 128) return {128, 64, 4};
+  // 192 and 256: O alone is 64+ registers per thread at 4 warps, so 8 warps share the rows.
+  return {128, 64, 8};
+}
+
+}  // namespace flash_attn_cute

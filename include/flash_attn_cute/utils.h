@@ -1,0 +1,122 @@
+// Register-level helpers shared by the kernels: layout views of MMA accumulators, type
+// conversion, the two shapes of tiled GEMM, quad reductions and predicated tile copies.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/numeric_conversion.h>
+
+namespace flash_attn_cute {
+
+using namespace cute;
+
+// An m16n8k16 accumulator layout ((2, 2), MMA_M, MMA_N) seen as (rows, cols):
+// ((2, MMA_M), (2, MMA_N)). Each thread holds two rows per MMA_M and two adjacent columns per MMA_N.
+template <class Layout>
+__host__ __device__ constexpr auto acc_layout_rowcol(Layout acc) {
+  static_assert(decltype(size<0>(acc))::value == 4 && decltype(rank(acc))::value == 3);
+  auto l = logical_divide(acc, Shape<_2>{});  // ((2, 2), MMA_M, MMA_N)
+  return make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<2>(l)));
+}
+
+// The same accumulator registers reinterpreted as the A operand of a k16 MMA:
+// ((2, 2), MMA_M, MMA_N) -> ((2, 2, 2), MMA_M, MMA_N / 2). This is how P feeds O += P V.
+template <class Layout>
+__host__ __device__ constexpr auto acc_layout_as_A(Layout acc) {
+  static_assert(decltype(size<0>(acc))::value == 4 && decltype(rank(acc))::value == 3);
+  auto l = logical_divide(acc, Shape<Underscore, Underscore, _2>{});  // (4, MMA_M, (2, MMA_N / 2))
+  return make_layout(make_layout(get<0>(l), get<2, 0>(l)), get<1>(l), get<2, 1>(l));
+}
+
+// A register tensor converted element-wise (e.g. fp32 accumulators to the 16-bit input type).
+template <class To, class Engine, class Layout>
+__device__ __forceinline__ auto convert_type(Tensor<Engine, Layout> const& src) {
+  using From = typename Engine::value_type;
+  constexpr int kNumel = decltype(size(src))::value;
+  Tensor dst = make_tensor<To>(src.layout());
+  cutlass::NumericArrayConverter<To, From, kNumel> convert;
+  *reinterpret_cast<cutlass::Array<To, kNumel>*>(dst.data()) =
+      convert(*reinterpret_cast<cutlass::Array<From, kNumel> const*>(src.data()));
+  return dst;
+}
+
+// acc += A B with both operands in shared memory. Slab k + 1 is loaded into registers
+// (ldmatrix) while the MMAs of slab k run.
+template <class TiledMma, class TensorAcc, class TensorRA, class TensorRB, class TensorSA,
+          class TensorSB, class CopyA, class CopyB>
+__device__ __forceinline__ void gemm_ss(TiledMma& tiled_mma, TensorAcc& acc, TensorRA& tCrA, TensorRB& tCrB,
+                                        TensorSA const& tCsA, TensorSB const& tCsB, CopyA const& copy_A,
+                                        CopyB const& copy_B, int tidx) {
+  auto thr_copy_A = copy_A.get_thread_slice(tidx);
+  auto thr_copy_B = copy_B.get_thread_slice(tidx);
+  Tensor tCrA_view = thr_copy_A.retile_D(tCrA);  // (CPY, CPY_M, CPY_K)
+  Tensor tCrB_view = thr_copy_B.retile_D(tCrB);  // (CPY, CPY_N, CPY_K)
+  copy(copy_A, tCsA(_, _, _0{}), tCrA_view(_, _, _0{}));
+  copy(copy_B, tCsB(_, _, _0{}), tCrB_view(_, _, _0{}));
+#pragma unroll
+  for (int k = 0; k < size<2>(tCrA); ++k) {
+    if (k + 1 < size<2>(tCrA)) {
+      copy(copy_A, tCsA(_, _, k + 1), tCrA_view(_, _, k + 1));
+      copy(copy_B, tCsB(_, _, k + 1), tCrB_view(_, _, k + 1));
+    }
+    gemm(tiled_mma, tCrA(_, _, k), tCrB(_, _, k), acc);
+  }
+}
+
+// acc += A B with A already in registers (P) and B in shared memory (V).
+template <class TiledMma, class TensorAcc, class TensorRA, class TensorRB, class TensorSB, class CopyB>
+__device__ __forceinline__ void gemm_rs(TiledMma& tiled_mma, TensorAcc& acc, TensorRA const& tCrA,
+                                        TensorRB& tCrB, TensorSB const& tCsB, CopyB const& copy_B, int tidx) {
+  auto thr_copy_B = copy_B.get_thread_slice(tidx);
+  Tensor tCrB_view = thr_copy_B.retile_D(tCrB);  // (CPY, CPY_N, CPY_K)
+  copy(copy_B, tCsB(_, _, _0{}), tCrB_view(_, _, _0{}));
+#pragma unroll
+  for (int k = 0; k < size<2>(tCrA); ++k) {
+    if (k + 1 < size<2>(tCrA)) copy(copy_B, tCsB(_, _, k + 1), tCrB_view(_, _, k + 1));
+    gemm(tiled_mma, tCrA(_, _, k), tCrB(_, _, k), acc);
+  }
+}
+
+// The four lanes of a quad hold the same accumulator rows; reduce across them.
+template <class Op>
+__device__ __forceinline__ float quad_allreduce(float x, Op op) {
+#pragma unroll
+  for (int offset = 2; offset > 0; offset /= 2) x = op(x, __shfl_xor_sync(0xffffffff, x, offset));
+  return x;
+}
+
+// Copies a partitioned tile vector by vector; vectors whose (row, col) falls outside
+// [0, max_row) x [0, max_col) are zeroed in the destination instead (no out-of-bounds read).
+// Check_rows = false skips the row test for tiles known to be full.
+// tS, tD, tC: (CPY, CPY_M, CPY_K); tC holds each element's (row, col) inside the tile.
+template <bool Check_rows = true, class TiledCopy, class TensorS, class TensorD, class TensorC>
+__device__ __forceinline__ void copy_or_zero(TiledCopy const& tiled_copy, TensorS const& tS, TensorD&& tD,
+                                             TensorC const& tC, int max_row, int max_col) {
+#pragma unroll
+  for (int m = 0; m < size<1>(tS); ++m) {
+#pragma unroll
+    for (int k = 0; k < size<2>(tS); ++k) {
+      if ((!Check_rows || get<0>(tC(0, m, k)) < max_row) && get<1>(tC(0, m, k)) < max_col) {
+        copy(tiled_copy, tS(_, m, k), tD(_, m, k));
+      } else {
+        clear(tD(_, m, k));
+      }
+    }
+  }
+}
+
+// The same walk for stores: vectors outside the bounds are skipped.
+template <class TiledCopy, class TensorS, class TensorD, class TensorC>
+__device__ __forceinline__ void copy_in_bounds(TiledCopy const& tiled_copy, TensorS const& tS, TensorD&& tD,
+                                               TensorC const& tC, int max_row, int max_col) {
+#pragma unroll
+  for (int m = 0; m < size<1>(tS); ++m) {
+#pragma unroll
+    for (int k = 0; k < size<2>(tS); ++k) {
+      if (get<0>(tC(0, m, k)) < max_row && get<1>(tC(0, m, k)) < max_col) {
+        copy(tiled_copy, tS(_, m, k), tD(_, m, k));
+      }
+    }
+  }
+}
+
+}  // namespace flash_attn_cute

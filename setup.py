@@ -1,0 +1,74 @@
+"""Builds flash_attn_cute: the Python package plus, where torch has CUDA, its kernel extension.
+
+Build options (environment variables):
+  FLASH_ATTN_CUTE_HDIMS   kernel head dims to compile, e.g. "64,128" (default: all)
+  FLASH_ATTN_CUTE_DTYPES  "fp16", "bf16" or both (default: both)
+  FLASH_ATTN_CUTE_ARCHS   CUDA archs, e.g. "90" or "80;90" (default: 80;90)
+  FLASH_ATTN_CUTE_SKIP_CUDA_BUILD=1   install the Python layer only
+  FLASH_ATTN_CUTE_PTXAS_VERBOSE=1     print registers / spills per kernel
+  MAX_JOBS                parallel nvcc jobs (default: CPU count)
+  CUTLASS_PATH            a CUTLASS checkout to use instead of the nvidia-cutlass wheel
+"""
+import importlib.util
+import os
+import sys
+import warnings
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "csrc"))
+import features  # noqa: E402  (csrc/features.py: the feature table)
+
+
+def cutlass_include_dir():
+    candidates = []
+    if os.environ.get("CUTLASS_PATH"):
+        candidates.append(Path(os.environ["CUTLASS_PATH"]) / "include")
+    candidates.append(ROOT / "third_party" / "cutlass" / "include")
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is not None and spec.origin is not None:
+        candidates.append(Path(spec.origin).parent / "source" / "include")
+    for path in candidates:
+        if (path / "cute" / "tensor.hpp").exists():
+            return str(path)
+    raise RuntimeError(
+        "flash_attn_cute: CuTe headers not found. `pip install nvidia-cutlass==4.2.0.0` "
+        "or set CUTLASS_PATH to a CUTLASS checkout. Looked in: " + ", ".join(map(str, candidates)))
+
+
+def cuda_extensions():
+    if os.environ.get("FLASH_ATTN_CUTE_SKIP_CUDA_BUILD") == "1":
+        return [], {}
+    import torch
+    from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+    if torch.version.cuda is None:
+        warnings.warn("flash_attn_cute: torch has no CUDA; installing the Python layer only")
+        return [], {}
+    os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
+    _, _, archs = features.selected()
+    kernel_sources = [str(p.relative_to(ROOT)) for p in features.generate()]
+    nvcc_flags = [
+        "-O3", "--use_fast_math", "--expt-relaxed-constexpr", "--expt-extended-lambda",
+        "-DNDEBUG", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
+        "-U__CUDA_NO_HALF2_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+    ] + features.nvcc_gencode_flags(archs)
+    if os.environ.get("FLASH_ATTN_CUTE_PTXAS_VERBOSE") == "1":
+        nvcc_flags.append("-Xptxas=-v")
+    ext = CUDAExtension(
+        name="flash_attn_cute._C",
+        sources=["csrc/ops.cpp", "csrc/fwd_api.cpp", "csrc/fwd_dispatch.cpp"] + kernel_sources,
+        include_dirs=[str(ROOT / "include"), str(ROOT / "csrc"), cutlass_include_dir()],
+        extra_compile_args={"cxx": ["-O3"], "nvcc": nvcc_flags},
+    )
+    return [ext], {"build_ext": BuildExtension}
+
+
+ext_modules, cmdclass = cuda_extensions()
+setup(
+    packages=find_packages(include=["flash_attn_cute", "flash_attn_cute.*"]),
+    ext_modules=ext_modules,
+    cmdclass=cmdclass,
+)

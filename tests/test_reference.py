@@ -1,0 +1,145 @@
+"""CPU tests for flash_attn_cute.reference (the oracle the kernel tests compare against)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from flash_attn_cute.reference import attention_ref, attention_varlen_ref
+
+
+def _randn(*shape, seed, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
+
+
+def _qkv(batch, seqlen_q, seqlen_k, nheads, nheads_k, d, d_v=None, seed=0, dtype=torch.float64):
+    q = _randn(batch, seqlen_q, nheads, d, seed=seed, dtype=dtype)
+    k = _randn(batch, seqlen_k, nheads_k, d, seed=seed + 1, dtype=dtype)
+    v = _randn(batch, seqlen_k, nheads_k, d_v or d, seed=seed + 2, dtype=dtype)
+    return q, k, v
+
+
+def _naive(q, k, v, causal, scale):
+    """Per-row loop, float64, bottom-right causal; returns (out, lse) like attention_ref."""
+    batch, sq, nheads, _ = q.shape
+    sk, nheads_k = k.shape[1], k.shape[2]
+    g = nheads // nheads_k
+    out = torch.zeros(batch, sq, nheads, v.shape[-1], dtype=torch.float64)
+    lse = torch.full((batch, nheads, sq), math.inf, dtype=torch.float64)
+    for b in range(batch):
+        for h in range(nheads):
+            for i in range(sq):
+                n_vis = min(sk, i + sk - sq + 1) if causal else sk
+                if n_vis <= 0:
+                    continue
+                s = [float(q[b, i, h] @ k[b, j, h // g]) * scale for j in range(n_vis)]
+                m = max(s)
+                w = [math.exp(x - m) for x in s]
+                tot = sum(w)
+                lse[b, h, i] = m + math.log(tot)
+                out[b, i, h] = sum(wj / tot * v[b, j, h // g] for j, wj in enumerate(w))
+    return out, lse
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.float64, 1e-12), (torch.float32, 2e-6)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen,d,d_v,scale", [(1, 32, 32, None), (17, 64, 64, None),
+                                                 (64, 32, 48, None), (33, 16, 16, 0.3)])
+def test_matches_sdpa(dtype, atol, causal, seqlen, d, d_v, scale):
+    q, k, v = _qkv(2, seqlen, seqlen, 3, 3, d, d_v, seed=seqlen + d, dtype=dtype)
+    out, lse = attention_ref(q, k, v, causal=causal, softmax_scale=scale)
+    assert out.dtype == dtype and out.shape == (2, seqlen, 3, d_v)
+    assert lse.dtype == torch.float32 and lse.shape == (2, 3, seqlen)
+    # SDPA's is_causal is top-left aligned == bottom-right only because seqlen_q == seqlen_k here.
+    expected = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                              is_causal=causal, scale=scale).transpose(1, 2)
+    torch.testing.assert_close(out, expected, atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(5, 9), (9, 5), (1, 7), (7, 1), (4, 4), (1, 1)])
+def test_matches_naive_loop(causal, seqlen_q, seqlen_k):
+    q, k, v = _qkv(2, seqlen_q, seqlen_k, 4, 2, 8, 6, seed=7 * seqlen_q + seqlen_k)
+    out, lse = attention_ref(q, k, v, causal=causal)
+    out_n, lse_n = _naive(q, k, v, causal, 1 / math.sqrt(8))
+    torch.testing.assert_close(out, out_n, atol=1e-12, rtol=0)
+    torch.testing.assert_close(lse.double(), lse_n, atol=1e-5, rtol=1e-6)  # lse is float32
+
+
+@pytest.mark.parametrize("dtype,upcast", [(torch.float32, True), (torch.bfloat16, False), (torch.float16, True)])
+def test_rows_without_keys(dtype, upcast):
+    q, k, v = _qkv(2, 8, 3, 2, 1, 16, seed=3, dtype=dtype)  # bottom-right: rows 0..4 see nothing
+    out, lse = attention_ref(q, k, v, causal=True, upcast=upcast)
+    assert not out.isnan().any() and not lse.isnan().any()
+    assert (out[:, :5] == 0).all() and (lse[..., :5] == math.inf).all()
+    assert out[:, 5:].abs().amax() > 0 and lse[..., 5:].isfinite().all()
+    # Empty K (seqlen_k == 0), non-causal: every row sees nothing.
+    out0, lse0 = attention_ref(q, k[:, :0], v[:, :0], causal=False, upcast=upcast)
+    assert out0.shape == (2, 8, 2, 16) and (out0 == 0).all() and (lse0 == math.inf).all()
+
+
+@pytest.mark.parametrize("nheads_k", [1, 2, 3])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gqa(nheads_k, causal):
+    q, k, v = _qkv(2, 6, 9, 6, nheads_k, 16, 8, seed=11 + nheads_k)
+    g = 6 // nheads_k
+    out, lse = attention_ref(q, k, v, causal=causal)
+    out_r, lse_r = attention_ref(q, k.repeat_interleave(g, 2), v.repeat_interleave(g, 2), causal=causal)
+    torch.testing.assert_close(out, out_r, atol=0, rtol=0)
+    torch.testing.assert_close(lse, lse_r, atol=0, rtol=0)
+    for h in range(6):  # query head h uses kv head h // g
+        o_h, _ = attention_ref(q[:, :, h:h + 1], k[:, :, h // g:h // g + 1], v[:, :, h // g:h // g + 1], causal=causal)
+        torch.testing.assert_close(out[:, :, h:h + 1], o_h, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("reorder_ops", [False, True])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(12, 12), (7, 20), (20, 7)])
+def test_lse_is_logsumexp(causal, reorder_ops, seqlen_q, seqlen_k):
+    q, k, v = _qkv(2, seqlen_q, seqlen_k, 3, 3, 32, seed=seqlen_q * seqlen_k)
+    scale = 0.2
+    _, lse = attention_ref(q, k, v, causal=causal, softmax_scale=scale, reorder_ops=reorder_ops)
+    scores = torch.einsum("bthd,bshd->bhts", q, k) * scale
+    if causal:
+        i = torch.arange(seqlen_q)[:, None]
+        j = torch.arange(seqlen_k)[None, :]
+        scores = scores.masked_fill(j > i + seqlen_k - seqlen_q, -math.inf)
+    expected = torch.logsumexp(scores, dim=-1)
+    expected = torch.where(expected == -math.inf, math.inf, expected)  # empty rows -> +inf
+    torch.testing.assert_close(lse.double(), expected, atol=1e-5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_matches_per_sequence(causal):
+    lens_q, lens_k = [3, 0, 7, 1, 5], [4, 5, 0, 6, 2]  # includes empty Q and empty K sequences
+    cu_q = torch.tensor([0] + torch.tensor(lens_q).cumsum(0).tolist(), dtype=torch.int32)
+    cu_k = torch.tensor([0] + torch.tensor(lens_k).cumsum(0).tolist(), dtype=torch.int32)
+    q = _randn(sum(lens_q), 4, 16, seed=21, dtype=torch.float32)
+    k = _randn(sum(lens_k), 2, 16, seed=22, dtype=torch.float32)
+    v = _randn(sum(lens_k), 2, 12, seed=23, dtype=torch.float32)
+    out, lse = attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal)
+    assert out.shape == (sum(lens_q), 4, 12) and lse.shape == (4, sum(lens_q))
+    assert not out.isnan().any() and not lse.isnan().any()
+    for b in range(len(lens_q)):
+        q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
+        if q1 == q0:
+            continue
+        o_b, lse_b = attention_ref(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], causal=causal)
+        torch.testing.assert_close(out[q0:q1], o_b[0], atol=0, rtol=0)
+        torch.testing.assert_close(lse[:, q0:q1], lse_b[0], atol=0, rtol=0)
+        if k1 == k0:  # empty K sequence
+            assert (out[q0:q1] == 0).all() and (lse[:, q0:q1] == math.inf).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("reorder_ops", [False, True])
+def test_low_precision_reference_is_close_but_not_exact(dtype, causal, reorder_ops):
+    q, k, v = _qkv(2, 64, 64, 4, 2, 64, seed=31, dtype=dtype)
+    out_lp, lse_lp = attention_ref(q, k, v, causal=causal, upcast=False, reorder_ops=reorder_ops)
+    out_fp, _ = attention_ref(q, k, v, causal=causal)
+    assert out_lp.dtype == dtype and out_fp.dtype == torch.float32 and lse_lp.dtype == torch.float32
+    err = (out_lp.float() - out_fp).abs().max().item()
+    eps = torch.finfo(dtype).eps
+    assert 0 < err < 16 * eps, err  # rounding noise only: a few ulps of the dtype
