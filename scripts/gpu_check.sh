@@ -21,6 +21,7 @@ status=$?
 echo "build: exit $status in $(( $(date +%s) - start )) s (archs $FLASH_ATTN_CUTE_ARCHS, ${MAX_JOBS} jobs)" | tee -a "$OUT/build.log"
 grep -E "error|registers|spill" "$OUT/build.log" | head -40
 [ $status -eq 0 ] || exit $status
+so=$(ls flash_attn_cute/_C*.so) && gzip -c "$so" > "$OUT/$(basename "$so").gz"
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   python3 -m pytest -q -rf --durations=5 "${@:-tests}" 2>&1 | tee "$OUT/tests.log" | tail -40
