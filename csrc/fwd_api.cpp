@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <optional>
+#include <string>
 
 #include "flash_attn_cute/fwd_api.h"
 #include "torch_api.h"
@@ -14,9 +15,14 @@
 namespace flash_attn_cute {
 namespace {
 
+// Numbers go into messages through std::to_string, never through an ostream: built with a newer
+// GCC than the libstdc++ torch loads (the GPU image's /opt/gcc), inlined ostream number formatting
+// crashes inside the extension (seen on the H200 machine, 2026-11-29).
+std::string num(int64_t x) { return std::to_string(x); }
+
 DType dtype_of(at::Tensor const& t) {
   TORCH_CHECK(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16,
-              "flash_attn_cute: q, k, v must be float16 or bfloat16, got ", t.scalar_type());
+              "flash_attn_cute: q, k, v must be float16 or bfloat16, got ", c10::toString(t.scalar_type()));
   return t.scalar_type() == at::kHalf ? DType::kFloat16 : DType::kBFloat16;
 }
 
@@ -54,7 +60,7 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
   TORCH_CHECK(varlen == cu_seqlens_k.has_value(), "flash_attn_cute: give both cu_seqlens_q and cu_seqlens_k or neither");
   const int rank = varlen ? 3 : 4;
   TORCH_CHECK(q.dim() == rank && k.dim() == rank && v.dim() == rank && out.dim() == rank,
-              "flash_attn_cute: q, k, v, out must be ", rank, "-D");
+              "flash_attn_cute: q, k, v, out must be ", num(rank), "-D");
   const DType dtype = dtype_of(q);
   TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type() &&
                   out.scalar_type() == q.scalar_type(),
@@ -68,10 +74,11 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
   const int64_t heads = q.size(-2), heads_k = k.size(-2), head_dim = q.size(-1);
   TORCH_CHECK(k.size(-1) == head_dim, "flash_attn_cute: q and k must have the same head dim");
   TORCH_CHECK(head_dim % 8 == 0 && head_dim > 0 && head_dim <= kMaxHeadDim,
-              "flash_attn_cute: head dim must be a multiple of 8 in [8, ", kMaxHeadDim, "], got ", head_dim);
+              "flash_attn_cute: head dim must be a multiple of 8 in [8, ", num(kMaxHeadDim), "], got ", num(head_dim));
   TORCH_CHECK(heads_k > 0 && heads % heads_k == 0, "flash_attn_cute: nheads must be a multiple of nheads_k");
   TORCH_CHECK(fwd_is_built(dtype, fwd_kernel_head_dim(head_dim)), "flash_attn_cute: no kernel for ",
-              q.scalar_type(), " head dim ", head_dim, " in this build (see FLASH_ATTN_CUTE_HDIMS / _DTYPES)");
+              c10::toString(q.scalar_type()), " head dim ", num(head_dim),
+              " in this build (see FLASH_ATTN_CUTE_HDIMS / _DTYPES)");
   if (varlen) {
     check_cu_seqlens(cu_seqlens_q, batch, q, "cu_seqlens_q");
     check_cu_seqlens(cu_seqlens_k, batch, q, "cu_seqlens_k");

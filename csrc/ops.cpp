@@ -17,11 +17,13 @@ TORCH_LIBRARY_IMPL(flash_attn_cute, CUDA, m) { m.impl("fwd", &flash_attn_cute::f
 
 namespace {
 
-// The (dtype, kernel head dim, causal) forward instantiations compiled into this build.
+// The (dtype, kernel head dim, causal) forward kernels compiled into this build (each in its
+// even-K and uneven-K variants).
 pybind11::list built_fwd_kernels() {
   pybind11::list kernels;
-#define FLASH_FWD_LIST(DT, HDIM, CAUSAL) \
-  kernels.append(pybind11::make_tuple(std::string(#DT) == "kFloat16" ? "fp16" : "bf16", HDIM, CAUSAL));
+#define FLASH_FWD_LIST(DT, HDIM, CAUSAL, EVEN_K)                                                    \
+  if (EVEN_K)                                                                                      \
+    kernels.append(pybind11::make_tuple(std::string(#DT) == "kFloat16" ? "fp16" : "bf16", HDIM, CAUSAL));
   FLASH_FWD_INSTANCES(FLASH_FWD_LIST)
 #undef FLASH_FWD_LIST
   return kernels;

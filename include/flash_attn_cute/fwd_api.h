@@ -10,7 +10,8 @@
 namespace flash_attn_cute {
 
 // Defined in the generated instantiation files (csrc/generated/), one per combination.
-template <DType kDType, int kHeadDim, bool kIsCausal>
+// kIsEvenK: params.head_dim == kHeadDim (no column predicates).
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK>
 cudaError_t run_fwd(FwdParams const& params, cudaStream_t stream);
 
 // Runs the forward on params.dtype / params.head_dim / params.is_causal. Returns

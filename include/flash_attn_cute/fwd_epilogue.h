@@ -13,7 +13,7 @@ using namespace cute;
 // tOrO: the normalised fp32 O accumulator (MMA, MMA_M, MMA_K); lse: one value per accumulator row.
 // gO: this row block's (kBlockM, kHeadDim) tile of O; gLSE: (kBlockM) slice of softmax_lse.
 // sO may alias Q's shared memory: the caller guarantees every warp is done reading Q.
-template <class Traits, class TensorO, class TensorLse, class TensorGO, class TensorSO, class TensorGLse>
+template <class Traits, bool Is_even_K, class TensorO, class TensorLse, class TensorGO, class TensorSO, class TensorGLse>
 __device__ __forceinline__ void write_o(TensorO const& tOrO, TensorLse const& lse, TensorGO& gO, TensorSO& sO,
                                         TensorGLse& gLSE, int rows_left, int head_dim, int tidx) {
   using Element = typename Traits::Element;
@@ -52,7 +52,7 @@ __device__ __forceinline__ void write_o(TensorO const& tOrO, TensorLse const& ls
   Tensor tOcO = gmem_thr_copy_O.partition_D(cO);  // (CPY, CPY_M, CPY_K) -> (m, k)
   Tensor tOrOut = make_fragment_like(tOsO);
   copy(gmem_tiled_copy_O, tOsO, tOrOut);
-  copy_in_bounds(gmem_tiled_copy_O, tOrOut, tOgO, tOcO, rows_left, head_dim);
+  copy_in_bounds<!Is_even_K>(gmem_tiled_copy_O, tOrOut, tOgO, tOcO, rows_left, head_dim);
 }
 
 }  // namespace flash_attn_cute

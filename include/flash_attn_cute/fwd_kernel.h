@@ -18,7 +18,8 @@ namespace flash_attn_cute {
 
 using namespace cute;
 
-template <class Traits, bool Is_causal>
+// Is_even_K: head_dim == kHeadDim, so no column predicates.
+template <class Traits, bool Is_causal, bool Is_even_K>
 __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* smem, int m_block, int bidb,
                                               int bidh) {
   using Element = typename Traits::Element;
@@ -78,8 +79,8 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
   // Only the top key block can end past seqlen_k, and it always runs a masked step: the
   // mask-free steps skip the row predicate.
   auto load_kv = [&](auto const& tgmem, auto& tsmem, int n_block, auto is_masked) {
-    copy_or_zero<decltype(is_masked)::value>(gmem_tiled_copy, tgmem(_, _, _, n_block), tsmem, tKVcKV,
-                                             binfo.seqlen_k - n_block * kBlockN, params.head_dim);
+    copy_or_zero<decltype(is_masked)::value, !Is_even_K>(gmem_tiled_copy, tgmem(_, _, _, n_block), tsmem, tKVcKV,
+                                                         binfo.seqlen_k - n_block * kBlockN, params.head_dim);
   };
 
   // MMA partitions: S = Q K^T, O = P V.
@@ -132,26 +133,32 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
   };
 
   if (range.n_block_max > range.n_block_min) {
-    copy_or_zero(gmem_tiled_copy, tQgQ, tQsQ, tQcQ, rows_left, params.head_dim);
+    copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, tQgQ, tQsQ, tQcQ, rows_left, params.head_dim);
     load_kv(tKgK, tKsK, range.n_block_max - 1, cute::true_type{});
     cp_async_fence();
     int n_block = range.n_block_max - 1;
-    for (int step = 0; step < range.n_masked_steps; ++step, --n_block) {
+    // The first step always runs masked (a no-op mask when its block is fully visible), so only
+    // the masked loop carries the Is_first softmax variant: one copy fewer of the loop body.
+    const int n_masked_steps = max(range.n_masked_steps, 1);
+    for (int step = 0; step < n_masked_steps; ++step, --n_block) {
       fwd_step(n_block, cute::true_type{}, step == 0);
     }
     for (; n_block >= range.n_block_min; --n_block) {
-      fwd_step(n_block, cute::false_type{}, n_block == range.n_block_max - 1);
+      fwd_step(n_block, cute::false_type{}, false);
     }
   }
   // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
   auto lse = softmax.finalize(tOrO_rc, params.softmax_scale);
-  write_o<Traits>(tOrO, lse, gO, sO, gLSE, rows_left, params.head_dim, tidx);
+  write_o<Traits, Is_even_K>(tOrO, lse, gO, sO, gLSE, rows_left, params.head_dim, tidx);
 }
 
-template <class Traits, bool Is_causal>
+template <class Traits, bool Is_causal, bool Is_even_K>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_fwd_kernel(__grid_constant__ const FwdParams params) {
   extern __shared__ __align__(128) char smem[];
-  fwd_row_block<Traits, Is_causal>(params, smem, blockIdx.x, blockIdx.y, blockIdx.z);
+  // Causal row blocks near the end of the sequence see the most keys: start them first so the
+  // short ones fill the tail of the grid.
+  const int m_block = Is_causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  fwd_row_block<Traits, Is_causal, Is_even_K>(params, smem, m_block, blockIdx.y, blockIdx.z);
 }
 
 }  // namespace flash_attn_cute

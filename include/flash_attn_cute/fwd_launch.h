@@ -20,10 +20,10 @@ struct ElementOf<DType::kBFloat16> {
   using type = cutlass::bfloat16_t;
 };
 
-template <DType kDType, int kHeadDim, bool kIsCausal>
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK>
 cudaError_t run_fwd(FwdParams const& params, cudaStream_t stream) {
   using Traits = FwdKernelTraits<kHeadDim, typename ElementOf<kDType>::type>;
-  auto kernel = flash_fwd_kernel<Traits, kIsCausal>;
+  auto kernel = flash_fwd_kernel<Traits, kIsCausal, kIsEvenK>;
   constexpr int kSmemBytes = Traits::kSmemBytes;
   if (kSmemBytes >= 48 * 1024) {
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);

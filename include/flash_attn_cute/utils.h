@@ -86,16 +86,16 @@ __device__ __forceinline__ float quad_allreduce(float x, Op op) {
 
 // Copies a partitioned tile vector by vector; vectors whose (row, col) falls outside
 // [0, max_row) x [0, max_col) are zeroed in the destination instead (no out-of-bounds read).
-// Check_rows = false skips the row test for tiles known to be full.
+// Check_rows / Check_cols = false skip the test for tiles known to be full in that direction.
 // tS, tD, tC: (CPY, CPY_M, CPY_K); tC holds each element's (row, col) inside the tile.
-template <bool Check_rows = true, class TiledCopy, class TensorS, class TensorD, class TensorC>
+template <bool Check_rows, bool Check_cols, class TiledCopy, class TensorS, class TensorD, class TensorC>
 __device__ __forceinline__ void copy_or_zero(TiledCopy const& tiled_copy, TensorS const& tS, TensorD&& tD,
                                              TensorC const& tC, int max_row, int max_col) {
 #pragma unroll
   for (int m = 0; m < size<1>(tS); ++m) {
 #pragma unroll
     for (int k = 0; k < size<2>(tS); ++k) {
-      if ((!Check_rows || get<0>(tC(0, m, k)) < max_row) && get<1>(tC(0, m, k)) < max_col) {
+      if ((!Check_rows || get<0>(tC(0, m, k)) < max_row) && (!Check_cols || get<1>(tC(0, m, k)) < max_col)) {
         copy(tiled_copy, tS(_, m, k), tD(_, m, k));
       } else {
         clear(tD(_, m, k));
@@ -105,14 +105,14 @@ __device__ __forceinline__ void copy_or_zero(TiledCopy const& tiled_copy, Tensor
 }
 
 // The same walk for stores: vectors outside the bounds are skipped.
-template <class TiledCopy, class TensorS, class TensorD, class TensorC>
+template <bool Check_cols, class TiledCopy, class TensorS, class TensorD, class TensorC>
 __device__ __forceinline__ void copy_in_bounds(TiledCopy const& tiled_copy, TensorS const& tS, TensorD&& tD,
                                                TensorC const& tC, int max_row, int max_col) {
 #pragma unroll
   for (int m = 0; m < size<1>(tS); ++m) {
 #pragma unroll
     for (int k = 0; k < size<2>(tS); ++k) {
-      if (get<0>(tC(0, m, k)) < max_row && get<1>(tC(0, m, k)) < max_col) {
+      if (get<0>(tC(0, m, k)) < max_row && (!Check_cols || get<1>(tC(0, m, k)) < max_col)) {
         copy(tiled_copy, tS(_, m, k), tD(_, m, k));
       }
     }
