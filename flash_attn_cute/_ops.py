@@ -62,8 +62,6 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
         V._fail(f"fwd needs a head dim that is a multiple of {V.ALIGN_ELEMENTS}, got {q.size(-1)} "
                 "(flash_attn_func pads it for you)")
     if varlen:
-        if cu_seqlens_q is None or cu_seqlens_k is None:
-            V._fail("varlen needs both cu_seqlens_q and cu_seqlens_k")
         V.check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     else:
         max_seqlen_q, max_seqlen_k = q.size(1), k.size(1)

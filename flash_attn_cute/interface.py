@@ -40,9 +40,12 @@ class _FlashAttnFunc(torch.autograd.Function):
 
 
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
-               window_size, softcap, alibi_slopes, return_attn_probs, block_table=None):
-    varlen = cu_seqlens_q is not None
+               window_size, softcap, alibi_slopes, return_attn_probs, block_table=None, varlen=False):
+    if varlen:
+        V.require_cu_seqlens(cu_seqlens_q, cu_seqlens_k)
     V.check_qkv(q, k, v, varlen)
+    if varlen:
+        V.check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     V.check_not_implemented(dropout_p, window_size, softcap, alibi_slopes, block_table)
     out, lse = _FlashAttnFunc.apply(q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                     max_seqlen_k)
@@ -86,7 +89,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """q: (total_q, nheads, d); k, v: (total_k, nheads_k, d); cu_seqlens_*: int32 (batch + 1).
     softmax_lse is (nheads, total_q)."""
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
-                      causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table)
+                      causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table, varlen=True)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None,
@@ -95,7 +98,7 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
     """qkv: (total, 3, nheads, d)."""
     q, k, v = _unpack(qkv, 1, 3, "qkv")
     return _attention(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p, softmax_scale, causal,
-                      window_size, softcap, alibi_slopes, return_attn_probs)
+                      window_size, softcap, alibi_slopes, return_attn_probs, varlen=True)
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -104,4 +107,4 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
     """q: (total_q, nheads, d); kv: (total_k, 2, nheads_k, d)."""
     k, v = _unpack(kv, 1, 2, "kv")
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
-                      causal, window_size, softcap, alibi_slopes, return_attn_probs)
+                      causal, window_size, softcap, alibi_slopes, return_attn_probs, varlen=True)

@@ -8,6 +8,7 @@ import torch
 MAX_HEAD_DIM = 256
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 ALIGN_ELEMENTS = 8  # 16 bytes of fp16 / bf16: the kernels move 16-byte vectors
+MAX_GRID_YZ = 65535  # batch and nheads index grid.y / grid.z
 
 
 class FlashAttnInputError(ValueError):
@@ -73,6 +74,10 @@ def check_qkv(q, k, v, varlen):
     nheads, nheads_k = q.size(-2), k.size(-2)
     if nheads_k == 0 or nheads % nheads_k:
         _fail(f"nheads ({nheads}) must be a multiple of nheads_k ({nheads_k})")
+    if nheads > MAX_GRID_YZ:
+        _fail(f"nheads ({nheads}) must be at most {MAX_GRID_YZ}")
+    if not varlen and q.size(0) > MAX_GRID_YZ:
+        _fail(f"batch ({q.size(0)}) must be at most {MAX_GRID_YZ}")
 
 
 def check_cu_seqlens(name, cu, total):
@@ -81,13 +86,30 @@ def check_cu_seqlens(name, cu, total):
         _fail(f"{name} must be torch.int32, got {cu.dtype}")
     if cu.dim() != 1 or cu.numel() < 1:
         _fail(f"{name} must be 1-D of length batch + 1, got shape {tuple(cu.shape)}")
-    if cu.device.type == "cpu" and not torch.compiler.is_compiling():
-        # Cheap here (no device sync): catch non-monotone or out-of-range prefix sums.
-        if cu[0] != 0 or bool((cu[1:] < cu[:-1]).any()) or int(cu[-1]) > total:
-            _fail(f"{name} must start at 0, be non-decreasing and end at most at {total}")
+    if not cu.is_contiguous():
+        _fail(f"{name} must be contiguous")
+    if cu.numel() - 1 > MAX_GRID_YZ:
+        _fail(f"batch ({cu.numel() - 1}) must be at most {MAX_GRID_YZ}")
+
+
+def _check_cu_seqlens_values(name, cu, total, max_name, max_seqlen):
+    """Only for CPU cu_seqlens: reading a GPU tensor here would synchronise the device."""
+    if cu.device.type != "cpu" or torch.compiler.is_compiling():
+        return
+    if cu[0] != 0 or bool((cu[1:] < cu[:-1]).any()) or int(cu[-1]) > total:
+        _fail(f"{name} must start at 0, be non-decreasing and end at most at {total}")
+    longest = int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0
+    if longest > max_seqlen:
+        _fail(f"{max_name} ({max_seqlen}) is smaller than the longest sequence in {name} ({longest})")
+
+
+def require_cu_seqlens(cu_seqlens_q, cu_seqlens_k):
+    if cu_seqlens_q is None or cu_seqlens_k is None:
+        _fail("varlen needs both cu_seqlens_q and cu_seqlens_k")
 
 
 def check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    require_cu_seqlens(cu_seqlens_q, cu_seqlens_k)
     check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.size(0))
     check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.size(0))
     if cu_seqlens_q.numel() != cu_seqlens_k.numel():
@@ -96,6 +118,8 @@ def check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
     for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if not isinstance(value, int) or value < 0:
             _fail(f"{name} must be a non-negative int, got {value!r}")
+    _check_cu_seqlens_values("cu_seqlens_q", cu_seqlens_q, q.size(0), "max_seqlen_q", max_seqlen_q)
+    _check_cu_seqlens_values("cu_seqlens_k", cu_seqlens_k, k.size(0), "max_seqlen_k", max_seqlen_k)
 
 
 def check_out(out, q):

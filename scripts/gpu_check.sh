@@ -2,7 +2,8 @@
 # One call on the GPU machine: install the CuTe headers, build, run the GPU tests and the benchmark.
 # Logs go under $OUT (the device tool brings that folder back).
 #   usage: bash scripts/gpu_check.sh [pytest args...]
-#   env:   FLASH_ATTN_CUTE_{HDIMS,DTYPES,ARCHS} (default arch 90), BENCH_ARGS, SKIP_BENCH=1, SKIP_TESTS=1
+#   env:   FLASH_ATTN_CUTE_{HDIMS,DTYPES,ARCHS} (default arch 90), BENCH_ARGS, SKIP_BENCH=1, SKIP_TESTS=1,
+#          DEV_BUILD_TIMING=1 (also time a one-head-dim, one-dtype build from scratch)
 set -uo pipefail
 OUT=${OUT:-/tmp/flash_attn_cute_out}
 mkdir -p "$OUT"
@@ -13,19 +14,28 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export FLASH_ATTN_CUTE_ARCHS=${FLASH_ATTN_CUTE_ARCHS:-90}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
+export FLASH_ATTN_CUTE_PTXAS_VERBOSE=${FLASH_ATTN_CUTE_PTXAS_VERBOSE:-1}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 
+# The README's install command (builds the kernels with ninja, MAX_JOBS in parallel).
 start=$(date +%s)
-python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1
+python3 -m pip install -v --no-build-isolation --no-deps . > "$OUT/build.log" 2>&1
 status=$?
 echo "build: exit $status in $(( $(date +%s) - start )) s (archs $FLASH_ATTN_CUTE_ARCHS, ${MAX_JOBS} jobs)" | tee -a "$OUT/build.log"
-grep -E "error|registers|spill" "$OUT/build.log" | head -40
+grep -E " error|bytes spill" "$OUT/build.log" | sort | uniq -c | sort -rn | head -20
 [ $status -eq 0 ] || exit $status
-so=$(ls flash_attn_cute/_C*.so) && gzip -c "$so" > "$OUT/$(basename "$so").gz"
+so=$(cd /tmp && python3 -c "import flash_attn_cute._C as c; print(c.__file__)") && gzip -c "$so" > "$OUT/$(basename "$so").gz"
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  python3 -m pytest -q -rf --durations=5 "${@:-tests}" 2>&1 | tee "$OUT/tests.log" | tail -40
+  pytest -q -rf --durations=5 "${@:-tests}" 2>&1 | tee "$OUT/tests.log" | tail -40   # the README's test command
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   python3 benchmarks/bench_attention.py --out "$OUT/bench" ${BENCH_ARGS:-} 2>"$OUT/bench.err" | tail -60
+fi
+if [ "${DEV_BUILD_TIMING:-0}" = 1 ]; then
+  rm -rf /tmp/devbuild && start=$(date +%s)
+  FLASH_ATTN_CUTE_HDIMS=128 FLASH_ATTN_CUTE_DTYPES=bf16 python3 setup.py build_ext -b /tmp/devbuild/lib \
+    -t /tmp/devbuild/tmp > "$OUT/dev_build.log" 2>&1
+  echo "dev build (hdim 128, bf16, sm_$FLASH_ATTN_CUTE_ARCHS): exit $? in $(( $(date +%s) - start )) s" | tee -a "$OUT/dev_build.log"
+  python3 csrc/features.py  # restore csrc/generated/ for the full selection
 fi

@@ -1,0 +1,452 @@
+// Host-side unit tests of the torch-free headers: the tile table, the key-block range each query
+// block visits, the visibility rule and BlockInfo's offsets. Compiled by nvcc as host code only
+// (mask.h pulls in CuTe, which only nvcc parses), no GPU needed.
+//
+//   test_host_units                    run every case
+//   test_host_units CASE [CASE...]     run the named cases (see kCases below)
+//   test_host_units --list             print the case names, one a line
+//   test_host_units --print-head-dims  print kFwdHeadDims, space-separated
+//
+// Prints one line per case and `N passed, M failed` (checks) last; exits non-zero on any failure.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "flash_attn_cute/block_info.h"
+#include "flash_attn_cute/mask.h"
+#include "flash_attn_cute/params.h"
+#include "flash_attn_cute/tile_size.h"
+
+namespace {
+
+using namespace flash_attn_cute;
+
+// ----------------------------------------------------------------------------------------------
+// The harness: CHECK records a failure (file:line, expression, message) and carries on, so one run
+// reports every broken case; only the first kMaxReported failures of each case are printed in full.
+
+long g_passed = 0;
+long g_failed = 0;
+long g_failed_in_case = 0;
+constexpr long kMaxReported = 30;
+
+void record(bool ok, const char* file, int line, const char* expr, const std::string& msg) {
+  if (ok) {
+    ++g_passed;
+    return;
+  }
+  ++g_failed;
+  ++g_failed_in_case;
+  if (g_failed_in_case <= kMaxReported) {
+    std::printf("FAIL %s:%d: %s%s%s\n", file, line, expr, msg.empty() ? "" : ": ", msg.c_str());
+  } else if (g_failed_in_case == kMaxReported + 1) {
+    std::printf("(further failures not printed)\n");
+  }
+}
+
+#define CHECK(cond, msg) record(static_cast<bool>(cond), __FILE__, __LINE__, #cond, (msg))
+#define CHECK_EQ(a, b, msg)                                                                   \
+  do {                                                                                        \
+    const long long _a = static_cast<long long>(a), _b = static_cast<long long>(b);           \
+    record(_a == _b, __FILE__, __LINE__, #a " == " #b,                                        \
+           std::string(msg) + " (got " + std::to_string(_a) + ", expected " + std::to_string(_b) + ")"); \
+  } while (0)
+
+template <class... Args>
+std::string fmt(const char* f, Args... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf), f, args...);
+  return buf;
+}
+
+// ----------------------------------------------------------------------------------------------
+// tile_table
+
+void test_tile_table() {
+  const int n_dims = static_cast<int>(sizeof(kFwdHeadDims) / sizeof(kFwdHeadDims[0]));
+  CHECK(n_dims > 0, "kFwdHeadDims is empty");
+  for (int i = 0; i < n_dims; ++i) {
+    CHECK(kFwdHeadDims[i] % 8 == 0, fmt("kFwdHeadDims[%d] = %d is not a multiple of 8", i, kFwdHeadDims[i]));
+    if (i > 0) {
+      CHECK(kFwdHeadDims[i] > kFwdHeadDims[i - 1], fmt("kFwdHeadDims not strictly ascending at %d", i));
+    }
+  }
+  CHECK_EQ(kFwdHeadDims[n_dims - 1], kMaxHeadDim, "the largest kernel head dim is kMaxHeadDim");
+
+  // Every supported head dim maps to the smallest kernel head dim >= it (found independently).
+  for (int h = 8; h <= 256; h += 8) {
+    int expected = 0;
+    for (int i = 0; i < n_dims; ++i) {
+      if (kFwdHeadDims[i] >= h && (expected == 0 || kFwdHeadDims[i] < expected)) expected = kFwdHeadDims[i];
+    }
+    CHECK(expected != 0, fmt("no kernel head dim covers %d", h));
+    CHECK_EQ(fwd_kernel_head_dim(h), expected, fmt("fwd_kernel_head_dim(%d)", h));
+  }
+  CHECK_EQ(fwd_kernel_head_dim(264), 0, "fwd_kernel_head_dim(264) has no kernel");
+  CHECK_EQ(fwd_kernel_head_dim(kMaxHeadDim + 8), 0, "fwd_kernel_head_dim(kMaxHeadDim + 8)");
+  static_assert(fwd_kernel_head_dim(64) == 64, "fwd_kernel_head_dim is usable in constant expressions");
+
+  // Tile shapes: M splits into 16-row MMA slabs per warp, N into 16-wide k-steps of P V, and the
+  // Q tile plus the double-buffered K and V tiles (2 bytes an element) fit in 227 KB of smem.
+  for (int i = 0; i < n_dims; ++i) {
+    const int d = kFwdHeadDims[i];
+    const FwdTileShape t = fwd_tile_shape(d);
+    const std::string where = fmt("hdim %d: tile (%d, %d, %d warps)", d, t.block_m, t.block_n, t.n_warps);
+    CHECK(t.block_m > 0 && t.block_n > 0 && t.n_warps > 0, where + ": non-positive field");
+    if (t.n_warps <= 0) continue;
+    CHECK(t.block_m % (16 * t.n_warps) == 0, where + ": block_m % (16 * n_warps) != 0");
+    CHECK(t.block_n % 16 == 0, where + ": block_n % 16 != 0");
+    const long smem = (static_cast<long>(t.block_m) * d + 2L * t.block_n * d) * 2;
+    CHECK(smem <= 227L * 1024, where + fmt(": Q + 2 KV tiles need %ld bytes > 227 KB", smem));
+  }
+}
+
+// ----------------------------------------------------------------------------------------------
+// The visibility rule, written independently of the headers: key j is visible to query row i iff
+// it exists (0 <= j < seqlen_k) and, causal, lies at or left of the bottom-right-aligned diagonal.
+
+inline bool ref_visible(long i, long j, long seqlen_q, long seqlen_k, bool causal) {
+  if (j < 0 || j >= seqlen_k) return false;
+  if (causal && j - i > seqlen_k - seqlen_q) return false;
+  return true;
+}
+
+template <bool kCausal>
+bool header_visible(int i, int j, int seqlen_q, int seqlen_k) {
+  return FwdMask<kCausal>{seqlen_q, seqlen_k}.key_visible(i, j);
+}
+
+// mask: FwdMask::key_visible agrees with ref_visible, rows past seqlen_q included.
+void test_mask() {
+  long mismatches = 0;
+  for (int causal = 0; causal < 2; ++causal) {
+    for (int sq = 0; sq <= 40; ++sq) {
+      for (int sk = 0; sk <= 40; ++sk) {
+        for (int i = 0; i < sq + 20; ++i) {
+          for (int j = 0; j < sk + 20; ++j) {
+            const bool want = ref_visible(i, j, sq, sk, causal);
+            const bool got = causal ? header_visible<true>(i, j, sq, sk) : header_visible<false>(i, j, sq, sk);
+            if (want != got) {
+              ++mismatches;
+              CHECK(want == got, fmt("key_visible(row %d, col %d) seqlen_q %d seqlen_k %d causal %d: got %d",
+                                     i, j, sq, sk, causal, got));
+            }
+          }
+        }
+      }
+    }
+  }
+  // A few spot values, hand-checked.
+  CHECK(header_visible<true>(0, 0, 4, 4), "causal square: row 0 sees key 0");
+  CHECK(!header_visible<true>(0, 1, 4, 4), "causal square: row 0 does not see key 1");
+  CHECK(header_visible<true>(0, 2, 2, 4), "causal, seqlen_k - seqlen_q = 2: row 0 sees key 2");
+  CHECK(!header_visible<true>(0, 0, 4, 2), "causal, seqlen_q > seqlen_k: row 0 sees nothing");
+  CHECK(header_visible<true>(2, 0, 4, 2), "causal, seqlen_q > seqlen_k: row 2 sees key 0");
+  CHECK(!header_visible<false>(0, 4, 4, 4), "non-causal: key seqlen_k is out of range");
+  CHECK(header_visible<false>(100, 3, 4, 4), "non-causal: a row past seqlen_q sees every key");
+  if (mismatches == 0) ++g_passed;
+}
+
+// ----------------------------------------------------------------------------------------------
+// n_block_range: fwd_n_block_range against brute force over every (row, key) pair.
+
+std::vector<int> seqlen_values(int block_m, int block_n) {
+  // Every length up to a bit past the smaller block (at most 66), the lengths around each block
+  // boundary up to three of the larger block, and a sparse sweep up to 300.
+  const int big = std::max(block_m, block_n);
+  const int small = std::min({block_m, block_n, 64});
+  std::vector<bool> take(301, false);
+  for (int s = 0; s <= 300 && s <= small + 2; ++s) take[s] = true;
+  for (int s = 0; s <= 300; s += 37) take[s] = true;
+  for (int b : {block_m, block_n}) {
+    for (int m = b; m <= 3 * big && m - 1 <= 300; m += b) {
+      for (int s = m - 1; s <= m + 1 && s <= 300; ++s) take[s] = true;
+    }
+  }
+  take[300] = true;
+  std::vector<int> out;
+  for (int s = 0; s <= 300; ++s) {
+    if (take[s]) out.push_back(s);
+  }
+  return out;
+}
+
+// Checks one (query block, sizes). Returns false on the first failing property (already recorded).
+bool check_range(int block_m, int block_n, int sq, int sk, bool causal, int m_block,
+                 std::vector<unsigned char>& any_vis, std::vector<unsigned char>& any_invis) {
+  const NBlockRange r = fwd_n_block_range(m_block, block_m, block_n, sq, sk, causal);
+  const std::string where = fmt("fwd_n_block_range(m_block=%d, block_m=%d, block_n=%d, seqlen_q=%d, "
+                                "seqlen_k=%d, causal=%d) = {min %d, max %d, masked %d}",
+                                m_block, block_m, block_n, sq, sk, int(causal), r.n_block_min,
+                                r.n_block_max, r.n_masked_steps);
+  // Scan every key block of seqlen_k and one past it (keys >= seqlen_k are invisible under the rule,
+  // so blocks further out are empty; a range reaching them fails the [lo, hi) comparison below).
+  const int n_scan = (sk + block_n - 1) / block_n + 1;
+  any_vis.assign(n_scan, 0);
+  any_invis.assign(n_scan, 0);
+  const int row0 = m_block * block_m;
+  for (int nb = 0; nb < n_scan; ++nb) {
+    // Every (row, key) pair of the block, stopping once it is known to hold both kinds.
+    for (int i = row0; i < row0 + block_m && !(any_vis[nb] && any_invis[nb]); ++i) {
+      for (int j = nb * block_n; j < (nb + 1) * block_n && !(any_vis[nb] && any_invis[nb]); ++j) {
+        if (ref_visible(i, j, sq, sk, causal)) {
+          any_vis[nb] = 1;
+        } else {
+          any_invis[nb] = 1;
+        }
+      }
+    }
+  }
+  int lo = -1, hi = -1;  // the visible blocks, [lo, hi)
+  for (int nb = 0; nb < n_scan; ++nb) {
+    if (any_vis[nb]) {
+      if (lo < 0) lo = nb;
+      hi = nb + 1;
+    }
+  }
+  if (lo < 0) {
+    // No row of the block sees any key: the range must be empty.
+    if (!(r.n_block_max <= r.n_block_min)) {
+      CHECK(r.n_block_max <= r.n_block_min, where + ": no visible pair, yet the range is non-empty");
+      return false;
+    }
+    return true;
+  }
+  for (int nb = lo; nb < hi; ++nb) {
+    if (!any_vis[nb]) {
+      CHECK(any_vis[nb], where + fmt(": the visible blocks are not contiguous (block %d is empty)", nb));
+      return false;
+    }
+  }
+  if (r.n_block_min != lo || r.n_block_max != hi) {
+    CHECK(r.n_block_min == lo && r.n_block_max == hi,
+          where + fmt(": blocks holding a visible pair are [%d, %d)", lo, hi));
+    return false;
+  }
+  if (r.n_masked_steps < 0 || r.n_masked_steps > r.n_block_max - r.n_block_min) {
+    CHECK(false, where + ": n_masked_steps out of [0, n_block_max - n_block_min]");
+    return false;
+  }
+  const int first_masked = r.n_block_max - r.n_masked_steps;
+  for (int nb = r.n_block_min; nb < first_masked; ++nb) {
+    if (any_invis[nb]) {
+      CHECK(!any_invis[nb], where + fmt(": block %d runs unmasked but holds an invisible pair", nb));
+      return false;
+    }
+  }
+  for (int nb = first_masked; nb < r.n_block_max; ++nb) {
+    if (!any_invis[nb]) {
+      CHECK(any_invis[nb], where + fmt(": block %d runs masked but is fully visible (masked count not minimal)", nb));
+      return false;
+    }
+  }
+  return true;
+}
+
+void test_n_block_range() {
+  const int blocks[][2] = {{128, 64}, {128, 128}, {64, 64}, {16, 16}};
+  std::vector<unsigned char> any_vis, any_invis;
+  long n_cases = 0, n_bad = 0;
+  for (const auto& b : blocks) {
+    const int block_m = b[0], block_n = b[1];
+    const std::vector<int> values = seqlen_values(block_m, block_n);
+    for (int causal = 0; causal < 2; ++causal) {
+      for (int sq : values) {
+        for (int sk : values) {
+          for (int m_block = 0; m_block * block_m < sq; ++m_block) {
+            ++n_cases;
+            if (!check_range(block_m, block_n, sq, sk, causal, m_block, any_vis, any_invis)) ++n_bad;
+          }
+        }
+      }
+    }
+  }
+  // Hand-checked values (bottom-right aligned causal).
+  {
+    // Square 256 x 256, 128 x 64 tiles, m_block 1: rows 128..255 see keys up to 255 -> 4 blocks;
+    // row 128 sees keys 0..128 -> blocks 0, 1 fully visible, 2 and 3 masked.
+    const NBlockRange r = fwd_n_block_range(1, 128, 64, 256, 256, true);
+    CHECK_EQ(r.n_block_min, 0, "causal 256x256 m_block 1: n_block_min");
+    CHECK_EQ(r.n_block_max, 4, "causal 256x256 m_block 1: n_block_max");
+    CHECK_EQ(r.n_masked_steps, 2, "causal 256x256 m_block 1: n_masked_steps");
+  }
+  {
+    // seqlen_q 300 > seqlen_k 100, causal: rows 0..199 see nothing, so m_block 0 is empty.
+    const NBlockRange r = fwd_n_block_range(0, 128, 64, 300, 100, true);
+    CHECK(r.n_block_max <= r.n_block_min, "causal seqlen_q 300, seqlen_k 100, m_block 0 sees nothing");
+  }
+  {
+    // Non-causal, seqlen_k 130, block_n 64: blocks 0, 1 full, block 2 ragged -> 3 blocks, 1 masked.
+    const NBlockRange r = fwd_n_block_range(0, 128, 64, 1, 130, false);
+    CHECK_EQ(r.n_block_max, 3, "non-causal seqlen_k 130: n_block_max");
+    CHECK_EQ(r.n_masked_steps, 1, "non-causal seqlen_k 130: n_masked_steps");
+  }
+  {
+    const NBlockRange r = fwd_n_block_range(0, 128, 64, 7, 0, false);
+    CHECK(r.n_block_max <= r.n_block_min, "seqlen_k 0: nothing to visit");
+  }
+  static_assert(fwd_n_block_range(0, 128, 64, 128, 128, false).n_block_max == 2,
+                "fwd_n_block_range is usable in constant expressions");
+  std::printf("  n_block_range: %ld (query block, sizes) cases, %ld failing\n", n_cases, n_bad);
+  if (n_bad == 0) ++g_passed;
+}
+
+// ----------------------------------------------------------------------------------------------
+// block_info: sequence lengths and element offsets, fixed-length and varlen.
+
+void test_block_info() {
+  constexpr index_t k2to31 = index_t{1} << 31;
+  {
+    // Fixed length: (batch 4, seqlen_q 1000, heads 16, dim 128) q, (batch 4, seqlen_k 3000, heads_k 2,
+    // dim 128) k; strides in elements.
+    FwdParams p;
+    p.batch = 4;
+    p.heads = 16;
+    p.heads_k = 2;
+    p.seqlen_q = 1000;
+    p.seqlen_k = 3000;
+    p.q = {nullptr, 1000L * 16 * 128, 16 * 128, 128};
+    p.k = {nullptr, 3000L * 2 * 128, 2 * 128, 128};
+    p.lse_batch_stride = 16L * 1000;
+    p.lse_head_stride = 1000;
+    const BlockInfo bi(p, 3);
+    CHECK_EQ(bi.seqlen_q, 1000, "fixed: seqlen_q");
+    CHECK_EQ(bi.seqlen_k, 3000, "fixed: seqlen_k");
+    CHECK(!bi.is_varlen, "fixed: not varlen");
+    CHECK_EQ(bi.q_offset(p.q, 3, 5), 3L * 2048000 + 5 * 128, "fixed: q_offset(b 3, h 5)");
+    CHECK_EQ(bi.k_offset(p.k, 3, 1), 3L * 768000 + 1 * 128, "fixed: k_offset(b 3, h 1)");
+    CHECK_EQ(bi.lse_offset(p, 3, 5), 3L * 16000 + 5 * 1000, "fixed: lse_offset(b 3, h 5)");
+    const BlockInfo b0(p, 0);
+    CHECK_EQ(b0.q_offset(p.q, 0, 0), 0, "fixed: q_offset(b 0, h 0)");
+    CHECK_EQ(b0.lse_offset(p, 0, 15), 15 * 1000, "fixed: lse_offset(b 0, h 15)");
+  }
+  {
+    // Fixed length past 2^31 elements: batch_stride 2^30, batch 3 -> 3 * 2^30 + h * head_stride.
+    FwdParams p;
+    p.seqlen_q = 1 << 16;
+    p.seqlen_k = 1 << 16;
+    p.q = {nullptr, index_t{1} << 30, 1 << 14, 128};
+    p.k = p.q;
+    p.lse_batch_stride = index_t{1} << 30;  // absurd, but exercises 64-bit math
+    p.lse_head_stride = 1 << 16;
+    const BlockInfo bi(p, 3);
+    CHECK_EQ(bi.q_offset(p.q, 3, 127), 3221225472LL + 127 * 128, "fixed 64-bit: q_offset(b 3, h 127)");
+    CHECK(bi.q_offset(p.q, 3, 127) > k2to31, "fixed 64-bit: q_offset exceeds 2^31");
+    CHECK_EQ(bi.k_offset(p.k, 3, 0), 3221225472LL, "fixed 64-bit: k_offset(b 3, h 0)");
+    CHECK_EQ(bi.lse_offset(p, 3, 1), 3221225472LL + 65536, "fixed 64-bit: lse_offset(b 3, h 1)");
+  }
+  {
+    // Varlen: q (total_q, heads 8, dim 64), k (total_k, heads_k 4, dim 64); lse (heads, total_q).
+    const int cu_q[] = {0, 5, 12, 12, 40};
+    const int cu_k[] = {0, 7, 7, 30, 31};
+    FwdParams p;
+    p.batch = 4;
+    p.heads = 8;
+    p.heads_k = 4;
+    p.seqlen_q = 28;  // max_seqlen_q
+    p.seqlen_k = 23;
+    p.cu_seqlens_q = cu_q;
+    p.cu_seqlens_k = cu_k;
+    p.q = {nullptr, 0, 8 * 64, 64};
+    p.k = {nullptr, 0, 4 * 64, 64};
+    p.lse_head_stride = 40;  // total_q
+    const int want_sq[] = {5, 7, 0, 28};
+    const int want_sk[] = {7, 0, 23, 1};
+    for (int b = 0; b < 4; ++b) {
+      const BlockInfo bi(p, b);
+      CHECK(bi.is_varlen, fmt("varlen b %d: is_varlen", b));
+      CHECK_EQ(bi.seqlen_q, want_sq[b], fmt("varlen b %d: seqlen_q", b));
+      CHECK_EQ(bi.seqlen_k, want_sk[b], fmt("varlen b %d: seqlen_k", b));
+      CHECK_EQ(bi.q_row_start, cu_q[b], fmt("varlen b %d: q_row_start", b));
+      CHECK_EQ(bi.k_row_start, cu_k[b], fmt("varlen b %d: k_row_start", b));
+    }
+    const BlockInfo b1(p, 1);
+    CHECK_EQ(b1.q_offset(p.q, 1, 3), 5 * 512 + 3 * 64, "varlen: q_offset(b 1, h 3)");
+    CHECK_EQ(b1.k_offset(p.k, 1, 2), 7 * 256 + 2 * 64, "varlen: k_offset(b 1, h 2)");
+    CHECK_EQ(b1.lse_offset(p, 1, 3), 5 + 3 * 40, "varlen: lse_offset(b 1, h 3)");
+    const BlockInfo b3(p, 3);
+    CHECK_EQ(b3.q_offset(p.q, 3, 7), 12 * 512 + 7 * 64, "varlen: q_offset(b 3, h 7)");
+    CHECK_EQ(b3.k_offset(p.k, 3, 0), 30 * 256, "varlen: k_offset(b 3, h 0)");
+    CHECK_EQ(b3.lse_offset(p, 3, 7), 12 + 7 * 40, "varlen: lse_offset(b 3, h 7)");
+  }
+  {
+    // Varlen past 2^31 elements: the second sequence starts at row 2^30 (an int), row stride
+    // 16 heads * 128 = 2048 -> offset 2^41 + ...; lse (heads 16, total_q 2^30 + 100).
+    const int cu_q[] = {0, 1 << 30, (1 << 30) + 100};
+    const int cu_k[] = {0, 1 << 29, (1 << 29) + 50};
+    FwdParams p;
+    p.batch = 2;
+    p.heads = 16;
+    p.heads_k = 16;
+    p.cu_seqlens_q = cu_q;
+    p.cu_seqlens_k = cu_k;
+    p.q = {nullptr, 0, 16 * 128, 128};
+    p.k = {nullptr, 0, 16 * 128, 128};
+    p.lse_head_stride = (index_t{1} << 30) + 100;
+    const BlockInfo bi(p, 1);
+    CHECK_EQ(bi.seqlen_q, 100, "varlen 64-bit: seqlen_q");
+    CHECK_EQ(bi.seqlen_k, 50, "varlen 64-bit: seqlen_k");
+    CHECK_EQ(bi.q_offset(p.q, 1, 15), 2199023255552LL + 15 * 128, "varlen 64-bit: q_offset(b 1, h 15)");
+    CHECK_EQ(bi.k_offset(p.k, 1, 15), 1099511627776LL + 15 * 128, "varlen 64-bit: k_offset(b 1, h 15)");
+    CHECK_EQ(bi.lse_offset(p, 1, 15), 1073741824LL + 15 * 1073741924LL, "varlen 64-bit: lse_offset(b 1, h 15)");
+    CHECK(bi.lse_offset(p, 1, 15) > k2to31, "varlen 64-bit: lse_offset exceeds 2^31");
+  }
+}
+
+// ----------------------------------------------------------------------------------------------
+
+struct Case {
+  const char* name;
+  void (*fn)();
+};
+const Case kCases[] = {
+    {"tile_table", test_tile_table},
+    {"mask", test_mask},
+    {"n_block_range", test_n_block_range},
+    {"block_info", test_block_info},
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<const Case*> chosen;
+  for (int a = 1; a < argc; ++a) {
+    if (std::strcmp(argv[a], "--print-head-dims") == 0) {
+      bool first = true;
+      for (int d : kFwdHeadDims) {
+        std::printf(first ? "%d" : " %d", d);
+        first = false;
+      }
+      std::printf("\n");
+      return 0;
+    }
+    if (std::strcmp(argv[a], "--list") == 0) {
+      for (const Case& c : kCases) std::printf("%s\n", c.name);
+      return 0;
+    }
+    const Case* found = nullptr;
+    for (const Case& c : kCases) {
+      if (std::strcmp(argv[a], c.name) == 0) found = &c;
+    }
+    if (found == nullptr) {
+      std::fprintf(stderr, "unknown test case %s (try --list)\n", argv[a]);
+      return 2;
+    }
+    chosen.push_back(found);
+  }
+  if (chosen.empty()) {
+    for (const Case& c : kCases) chosen.push_back(&c);
+  }
+  for (const Case* c : chosen) {
+    const long failed_before = g_failed, passed_before = g_passed;
+    g_failed_in_case = 0;
+    c->fn();
+    std::printf("[%s] %s: %ld checks passed, %ld failed\n", g_failed == failed_before ? "PASS" : "FAIL",
+                c->name, g_passed - passed_before, g_failed - failed_before);
+  }
+  std::printf("%ld passed, %ld failed\n", g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}

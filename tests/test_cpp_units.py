@@ -1,0 +1,98 @@
+"""Runs the C++ host unit tests (tests/cpp/test_host_units.cu) of the torch-free headers.
+
+The program is compiled once per session by nvcc as host code (CuTe headers only parse under nvcc);
+no GPU is needed. Skipped when nvcc or the CuTe headers cannot be found.
+"""
+import importlib.util
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "tests" / "cpp" / "test_host_units.cu"
+CASES = ("tile_table", "mask", "n_block_range", "block_info")
+
+
+def _find_nvcc():
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidate = Path(os.environ[var]) / "bin" / "nvcc"
+            if candidate.exists():
+                return str(candidate)
+    candidate = Path("/usr/local/cuda/bin/nvcc")
+    return str(candidate) if candidate.exists() else None
+
+
+def _find_cute_include():
+    """Same lookup as setup.py: $CUTLASS_PATH/include, third_party/cutlass/include, the wheel."""
+    candidates = []
+    if os.environ.get("CUTLASS_PATH"):
+        candidates.append(Path(os.environ["CUTLASS_PATH"]) / "include")
+    candidates.append(ROOT / "third_party" / "cutlass" / "include")
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is not None and spec.origin is not None:
+        candidates.append(Path(spec.origin).parent / "source" / "include")
+    for path in candidates:
+        if (path / "cute" / "tensor.hpp").exists():
+            return str(path)
+    return None
+
+
+def _run(cmd, timeout):
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def _report(proc):
+    return f"$ {' '.join(map(str, proc.args))}\n[exit {proc.returncode}]\n{proc.stdout}\n{proc.stderr}"
+
+
+@pytest.fixture(scope="session")
+def host_units(tmp_path_factory):
+    nvcc = _find_nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
+    cute = _find_cute_include()
+    if cute is None:
+        pytest.skip("CuTe headers not found: `pip install nvidia-cutlass==4.2.0.0` or set CUTLASS_PATH")
+    exe = tmp_path_factory.mktemp("cpp_units") / "test_host_units"
+    cmd = [nvcc, "-std=c++17", "-x", "cu", "-O1", "-gencode", "arch=compute_80,code=sm_80",
+           "-I", str(ROOT / "include"), "-I", cute, "-o", str(exe), str(SOURCE)]
+    proc = _run(cmd, timeout=600)
+    assert proc.returncode == 0, "compiling the C++ unit tests failed:\n" + _report(proc)
+    return exe
+
+
+def test_case_list_matches(host_units):
+    proc = _run([str(host_units), "--list"], timeout=60)
+    assert proc.returncode == 0, _report(proc)
+    assert tuple(proc.stdout.split()) == CASES, "tests/cpp/test_host_units.cu cases changed: update CASES"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_cpp_case(host_units, case):
+    proc = _run([str(host_units), case], timeout=120)
+    assert proc.returncode == 0, _report(proc)
+    assert proc.stdout.strip().splitlines()[-1].endswith(" 0 failed"), _report(proc)
+
+
+def test_head_dim_tables_agree(host_units):
+    proc = _run([str(host_units), "--print-head-dims"], timeout=60)
+    assert proc.returncode == 0, _report(proc)
+    cpp = tuple(int(x) for x in proc.stdout.split())
+
+    spec = importlib.util.spec_from_file_location("_flash_attn_cute_features", ROOT / "csrc" / "features.py")
+    features = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(features)
+
+    from flash_attn_cute import _ops
+
+    assert tuple(features.KERNEL_HEAD_DIMS) == cpp, (
+        f"csrc/features.py KERNEL_HEAD_DIMS {features.KERNEL_HEAD_DIMS} != kFwdHeadDims {cpp} (tile_size.h)")
+    assert tuple(_ops._KERNEL_HEAD_DIMS) == cpp, (
+        f"flash_attn_cute/_ops.py _KERNEL_HEAD_DIMS {_ops._KERNEL_HEAD_DIMS} != kFwdHeadDims {cpp} (tile_size.h)")

@@ -1,0 +1,288 @@
+"""Input validation of every public entry point, on CPU: bad inputs raise FlashAttnInputError (or
+NotImplementedError) with a "flash_attn_cute:" message naming the problem; valid inputs get as far as the
+device check, the last one, which proves that every other check accepts them."""
+import pytest
+import torch
+
+import flash_attn_cute as fac
+from flash_attn_cute import FlashAttnInputError
+
+F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
+B, S, H, D, T = 2, 8, 4, 64, 10  # batch, seqlen, nheads, head dim, varlen total
+DEVICE_MSG = r"is on cpu; flash_attn_cute needs CUDA tensors"
+
+
+def t(*shape, dtype=F16):
+    return torch.zeros(*shape, dtype=dtype)
+
+
+def cu(*vals, dtype=torch.int32):
+    return torch.tensor(vals, dtype=dtype)
+
+
+CU = cu(0, 3, 3, T)  # three sequences, the middle one empty
+
+
+def raises(match, fn, exc=FlashAttnInputError):
+    with pytest.raises(exc, match=match) as info:
+        fn()
+    assert str(info.value).startswith("flash_attn_cute: ")
+
+
+def qkv(b=B, bk=None, sq=S, sk=S, sv=None, h=H, hk=H, d=D, dq=None, dv=None, dtype=F16, dtype_k=None):
+    bk, dtype_k = bk or b, dtype_k or dtype
+    return (t(b, sq, h, dq or d, dtype=dtype), t(bk, sk, hk, d, dtype=dtype_k),
+            t(bk, sv or sk, hk, dv or d, dtype=dtype_k))
+
+
+def vqkv(h=H, hk=H, d=D, dtype=F16, dtype_k=None):
+    return t(T, h, d, dtype=dtype), t(T, hk, d, dtype=dtype_k or dtype), t(T, hk, d, dtype=dtype_k or dtype)
+
+
+# (q, k, v) -> call, for the dense entry points; packed ones stack what they can.
+DENSE = {
+    "func": lambda q, k, v, **kw: fac.flash_attn_func(q, k, v, **kw),
+    "fwd": lambda q, k, v, **kw: fac.fwd(q, k, v, **kw),
+    "kvpacked": lambda q, k, v, **kw: fac.flash_attn_kvpacked_func(q, torch.stack([k, v], 2), **kw),
+    "qkvpacked": lambda q, k, v, **kw: fac.flash_attn_qkvpacked_func(torch.stack([q, k, v], 2), **kw),
+}
+# (q, k, v, cu_q, cu_k, max_q, max_k) -> call, for the varlen entry points.
+VARLEN = {
+    "varlen": lambda *a: fac.flash_attn_varlen_func(*a),
+    "fwd": lambda q, k, v, *a: fac.fwd(q, k, v, None, None, False, *a),
+    "varlen_kvpacked": lambda q, k, v, *a: fac.flash_attn_varlen_kvpacked_func(q, torch.stack([k, v], 1), *a),
+    "varlen_qkvpacked": lambda q, k, v, *a: fac.flash_attn_varlen_qkvpacked_func(torch.stack([q, k, v], 1), a[0], a[2]),
+}
+ALL_PACKED = ("func", "fwd", "kvpacked", "qkvpacked")
+NO_QKV = ("func", "fwd", "kvpacked")  # q differs from k/v: cannot be one qkv tensor
+SEPARATE = ("func", "fwd")  # k differs from v: needs separate tensors
+
+DENSE_CASES = [
+    ("float32", ALL_PACKED, dict(dtype=F32), r"dtype torch.float32; only torch.float16 and torch.bfloat16"),
+    ("float64", ALL_PACKED, dict(dtype=torch.float64), r"q has dtype torch.float64"),
+    ("mixed_dtype", NO_QKV, dict(dtype_k=BF16), r"k has dtype torch.bfloat16 but q has torch.float16"),
+    ("head_dim_264", ALL_PACKED, dict(d=264), r"head dim must be in \[1, 256\], got 264"),
+    ("qk_head_dim", NO_QKV, dict(d=32, dq=64), r"q head dim 64 and k head dim 32 differ"),
+    ("v_head_dim", SEPARATE, dict(dv=32), r"q/k head dim 64 and v head dim 32 must be equal"),
+    ("kv_seqlen", SEPARATE, dict(sv=9), r"k \(2, 8, 4, 64\) and v \(2, 9, 4, 64\) must agree in all but the last"),
+    ("batch", NO_QKV, dict(bk=3), r"q batch 2 and k batch 3 differ"),
+    ("nheads_6_4", NO_QKV, dict(h=6, hk=4), r"nheads \(6\) must be a multiple of nheads_k \(4\)"),
+    ("hdim60", ("fwd",), dict(d=60), r"fwd needs a head dim that is a multiple of 8, got 60 \(flash_attn_func pads"),
+]
+
+
+def _cases(table):
+    return [pytest.param(fn, kw, msg, id=f"{name}-{fn}") for name, fns, kw, msg in table for fn in fns]
+
+
+@pytest.mark.parametrize("fn, kw, msg", _cases(DENSE_CASES))
+def test_dense_bad_inputs(fn, kw, msg):
+    raises(msg, lambda: DENSE[fn](*qkv(**kw)))
+
+
+@pytest.mark.parametrize("fn", NO_QKV)
+@pytest.mark.parametrize("q", [t(S, H, D), t(1, B, S, H, D)], ids=["3d", "5d"])
+def test_dense_wrong_rank(fn, q):
+    _, k, v = qkv()
+    raises(r"q must be 4-D \(batch, seqlen, nheads, headdim\)", lambda: DENSE[fn](q, k, v))
+
+
+@pytest.mark.parametrize("fn", SEPARATE)
+def test_not_a_tensor(fn):
+    raises(r"q must be a torch.Tensor, got list", lambda: DENSE[fn]([[0.0]], *qkv()[1:]))
+
+
+# Layouts of q with a head dim that is a multiple of 8 (flash_attn_* pad and so copy the others).
+LAYOUTS = {
+    "transposed": (lambda: t(B, S, D, D).transpose(-1, -2), r"q must have a contiguous last dimension"),
+    "step_2": (lambda: t(B, S, H, 2 * D)[..., ::2], r"contiguous last dimension \(stride\(-1\) == 1\)"),
+    "head_stride_65": (lambda: t(B, S, H, D + 1)[..., :D], r"multiples of 8 elements \(16 bytes\)"),
+    "row_stride_260": (lambda: torch.as_strided(t(B * S * 260), (B, S, H, D), (S * 260, 260, D, 1)),
+                       r"q strides \(2080, 260, 64, 1\) must be multiples of 8 elements \(16 bytes\)"),
+    "misaligned_ptr": (lambda: t(B * S * H * D + 1)[1:].view(B, S, H, D), r"q data pointer must be 16-byte aligned"),
+}
+
+
+@pytest.mark.parametrize("fn", NO_QKV)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_bad_layout(fn, layout):
+    q, msg = LAYOUTS[layout][0](), LAYOUTS[layout][1]
+    raises(msg, lambda: DENSE[fn](q, *qkv(b=q.size(0), h=q.size(2))[1:]))
+
+
+def test_packed_bad_shapes():
+    raises(r"qkv must have size 3 in dimension 2, got \(2, 8, 2, 4, 64\)",
+           lambda: fac.flash_attn_qkvpacked_func(t(B, S, 2, H, D)))
+    raises(r"qkv must have size 3 in dimension 2, got \(2, 8\)", lambda: fac.flash_attn_qkvpacked_func(t(B, S)))
+    raises(r"qkv must have size 3 in dimension 2, got list", lambda: fac.flash_attn_qkvpacked_func([1, 2, 3]))
+    raises(r"kv must have size 2 in dimension 2, got \(2, 8, 3, 4, 64\)",
+           lambda: fac.flash_attn_kvpacked_func(t(B, S, H, D), t(B, S, 3, H, D)))
+    raises(r"qkv must have size 3 in dimension 1, got \(10, 2, 4, 64\)",
+           lambda: fac.flash_attn_varlen_qkvpacked_func(t(T, 2, H, D), CU, 7))
+    raises(r"kv must have size 2 in dimension 1, got \(10, 3, 4, 64\)",
+           lambda: fac.flash_attn_varlen_kvpacked_func(t(T, H, D), t(T, 3, H, D), CU, CU, 7, 7))
+    raises(r"q must have a contiguous last dimension",
+           lambda: fac.flash_attn_qkvpacked_func(t(B, S, 3, H, 2 * D)[..., ::2]))
+    raises(r"q must have a contiguous last dimension",
+           lambda: fac.flash_attn_varlen_qkvpacked_func(t(T, 3, H, 2 * D)[..., ::2], CU, 7))
+
+
+@pytest.mark.parametrize("out, msg", [
+    (t(B, S, H, 32), r"out must match q: shape \(2, 8, 4, 64\) dtype torch.float16, got \(2, 8, 4, 32\)"),
+    (t(B, S, H, D, dtype=BF16), r"out must match q: .* got \(2, 8, 4, 64\) torch.bfloat16"),
+    (t(B, S, H, D, dtype=F32), r"out must match q: .* got \(2, 8, 4, 64\) torch.float32"),
+    (t(B, S, H, 2 * D)[..., ::2], r"out must have a contiguous last dimension"),
+    (t(B, S, H, D + 1)[..., :D], r"out strides .* must be multiples of 8 elements \(16 bytes\)"),
+    ("out", r"out must be a torch.Tensor, got str"),
+], ids=["shape", "bf16", "fp32", "step_2", "stride_65", "str"])
+def test_fwd_bad_out(out, msg):
+    raises(msg, lambda: fac.fwd(*qkv(), out=out))
+
+
+def _varlen_cases():
+    i64, cu2d = cu(0, 3, 3, T, dtype=torch.int64), CU.view(1, 4)
+    cases = [  # name, applies to, (cu_q, cu_k, max_q, max_k), message
+        ("cu_q_int64", "all", (i64, CU, 7, 7), r"cu_seqlens_q must be torch.int32, got torch.int64"),
+        ("cu_k_int64", "sep", (CU, i64, 7, 7), r"cu_seqlens_k must be torch.int32, got torch.int64"),
+        ("cu_q_2d", "all", (cu2d, CU, 7, 7), r"cu_seqlens_q must be 1-D of length batch \+ 1, got shape \(1, 4\)"),
+        ("cu_k_empty", "sep", (CU, cu(), 7, 7), r"cu_seqlens_k must be 1-D of length batch \+ 1, got shape \(0,\)"),
+        ("cu_length", "sep", (CU, cu(0, 3, T), 7, 7),
+         r"cu_seqlens_q \(4\) and cu_seqlens_k \(3\) must have the same length \(batch \+ 1\)"),
+        ("cu_decreasing", "all", (cu(0, 5, 3, T), CU, 7, 7), r"cu_seqlens_q must start at 0, be non-decreasing"),
+        ("cu_k_not_at_0", "sep", (CU, cu(1, 3, 3, T), 7, 7), r"cu_seqlens_k must start at 0"),
+        ("cu_past_total", "all", (cu(0, 3, 3, T + 1), CU, 8, 7), r"cu_seqlens_q .* end at most at 10"),
+        ("cu_list", "all", ([0, 3, 3, T], CU, 7, 7), r"cu_seqlens_q must be a torch.Tensor, got list"),
+        ("max_q_negative", "all", (CU, CU, -1, 7), r"max_seqlen_q must be a non-negative int, got -1"),
+        ("max_k_float", "sep", (CU, CU, 7, 7.0), r"max_seqlen_k must be a non-negative int, got 7.0"),
+        ("max_q_float", "all", (CU, CU, 7.0, 7), r"max_seqlen_q must be a non-negative int, got 7.0"),
+        ("max_q_tensor", "all", (CU, CU, torch.tensor(7), 7), r"max_seqlen_q must be a non-negative int, got tensor"),
+    ]
+    for name, scope, args, msg in cases:
+        for fn in VARLEN:
+            if scope == "all" or fn != "varlen_qkvpacked":
+                yield pytest.param(fn, args, msg, id=f"{name}-{fn}")
+    yield pytest.param("fwd", (CU, CU, None, 7), r"max_seqlen_q must be a non-negative int, got None", id="max_none")
+    yield pytest.param("fwd", (CU, None, 7, 7), r"varlen needs both cu_seqlens_q and cu_seqlens_k", id="no_cu_k")
+    yield pytest.param("varlen", (CU, None, 7, 7), r"varlen needs both", id="no_cu_k-varlen")
+
+
+@pytest.mark.parametrize("fn, args, msg", _varlen_cases())
+def test_varlen_bad_cu_seqlens_and_max_seqlen(fn, args, msg):
+    raises(msg, lambda: VARLEN[fn](*vqkv(), *args))
+
+
+VARLEN_QKV_CASES = [
+    ("float32", VARLEN, dict(dtype=F32), r"q has dtype torch.float32; only torch.float16 and torch.bfloat16"),
+    ("mixed_dtype", ("varlen", "fwd", "varlen_kvpacked"), dict(dtype=BF16, dtype_k=F16),
+     r"k has dtype torch.float16 but q has torch.bfloat16"),
+    ("head_dim_264", VARLEN, dict(d=264), r"head dim must be in \[1, 256\], got 264"),
+    ("nheads_6_4", ("varlen", "fwd", "varlen_kvpacked"), dict(h=6, hk=4), r"nheads \(6\) must be a multiple"),
+    ("hdim60", ("fwd",), dict(d=60), r"fwd needs a head dim that is a multiple of 8, got 60"),
+]
+
+
+@pytest.mark.parametrize("fn, kw, msg", _cases(VARLEN_QKV_CASES))
+def test_varlen_bad_tensors(fn, kw, msg):
+    raises(msg, lambda: VARLEN[fn](*vqkv(**kw), CU, CU, 7, 7))
+
+
+@pytest.mark.parametrize("fn", ["varlen", "fwd"])
+def test_varlen_wrong_rank_and_layout(fn):
+    raises(r"q must be 3-D \(total, nheads, headdim\), got shape \(2, 8, 4, 64\)",
+           lambda: VARLEN[fn](*qkv(), CU, CU, 7, 7))
+    raises(r"v must be 3-D", lambda: VARLEN[fn](t(T, H, D), t(T, H, D), t(1, T, H, D), CU, CU, 7, 7))
+    raises(r"k strides \(260, 65, 1\) must be multiples of 8 elements \(16 bytes\)",
+           lambda: VARLEN[fn](t(T, H, D), t(T, H, D + 1)[..., :D], t(T, H, D), CU, CU, 7, 7))
+    raises(r"v must have a contiguous last dimension",
+           lambda: VARLEN[fn](t(T, H, D), t(T, H, D), t(T, H, 2 * D)[..., ::2], CU, CU, 7, 7))
+
+
+# --- features flash-attn 2.x has that this build refuses --------------------------------------------------
+CALLS = {  # valid CPU inputs for each flash_attn_* function
+    "func": lambda **kw: fac.flash_attn_func(*qkv(), **kw),
+    "qkvpacked": lambda **kw: fac.flash_attn_qkvpacked_func(t(B, S, 3, H, D), **kw),
+    "kvpacked": lambda **kw: fac.flash_attn_kvpacked_func(t(B, S, H, D), t(B, S, 2, H, D), **kw),
+    "varlen": lambda **kw: fac.flash_attn_varlen_func(*vqkv(), CU, CU, 7, 7, **kw),
+    "varlen_qkvpacked": lambda **kw: fac.flash_attn_varlen_qkvpacked_func(t(T, 3, H, D), CU, 7, **kw),
+    "varlen_kvpacked": lambda **kw: fac.flash_attn_varlen_kvpacked_func(t(T, H, D), t(T, 2, H, D), CU, CU, 7, 7, **kw),
+}
+FEATURES = {
+    "dropout": (dict(dropout_p=0.1), r"dropout_p > 0 is not implemented"),
+    "window": (dict(window_size=(128, 0)), r"window_size \(local attention\) is not implemented"),
+    "window_left_only": (dict(window_size=[-1, 0]), r"window_size"),
+    "softcap": (dict(softcap=30.0), r"softcap is not implemented"),
+    "alibi": (dict(alibi_slopes=torch.zeros(H, dtype=F32)), r"alibi_slopes is not implemented"),
+}
+
+
+@pytest.mark.parametrize("feature", FEATURES)
+@pytest.mark.parametrize("fn", CALLS)
+def test_unsupported_features(fn, feature):
+    kw, msg = FEATURES[feature]
+    raises(msg, lambda: CALLS[fn](**kw), exc=NotImplementedError)
+
+
+def test_block_table_unsupported():
+    raises(r"block_table \(paged KV\) is not implemented",
+           lambda: CALLS["varlen"](block_table=torch.zeros(3, 1, dtype=torch.int32)), exc=NotImplementedError)
+
+
+# --- valid inputs get through every check and stop at the device -----------------------------------------
+VALID = {
+    "mha": lambda: fac.flash_attn_func(*qkv(), causal=True),
+    "gqa_bf16": lambda: fac.flash_attn_func(*qkv(h=6, hk=2, dtype=BF16)),
+    "mqa": lambda: fac.flash_attn_func(*qkv(h=6, hk=1)),
+    "hdim40": lambda: fac.flash_attn_func(*qkv(d=40)),
+    "hdim59": lambda: fac.flash_attn_func(*qkv(d=59)),
+    "hdim111_kvpacked": lambda: fac.flash_attn_kvpacked_func(t(B, S, 6, 111), t(B, 5, 2, 3, 111)),
+    "hdim256_qkvpacked": lambda: fac.flash_attn_qkvpacked_func(t(B, S, 3, H, 256), return_attn_probs=True),
+    "seqlen1": lambda: fac.flash_attn_func(*qkv(sq=1, sk=1)),
+    "seqlen_q1_k99": lambda: fac.flash_attn_func(*qkv(sq=1, sk=99)),
+    "defaults_spelled_out": lambda: CALLS["func"](dropout_p=0.0, window_size=[-1, -1], softcap=0.0, alibi_slopes=None),
+    # flash_attn_* pad head dims that are not multiples of 8, so odd strides are fine there.
+    "hdim60_stride61": lambda: fac.flash_attn_func(t(B, S, H, 61)[..., :60], *qkv(d=60)[1:]),
+    "fwd_out_hdim256": lambda: fac.fwd(*qkv(d=256), out=t(B, S, H, 256), softmax_scale=0.1),
+    "fwd_gqa": lambda: fac.fwd(*qkv(h=8, hk=2, d=128)),
+    "varlen_empty_seq": lambda: fac.flash_attn_varlen_func(*vqkv(h=6, hk=2), CU, CU, 7, 7, causal=True),
+    "varlen_diff_totals": lambda: fac.flash_attn_varlen_func(t(T, H, 40), t(3, 1, 40), t(3, 1, 40), CU,
+                                                             cu(0, 1, 1, 3), 7, 2),
+    "varlen_qkvpacked_hdim59": lambda: fac.flash_attn_varlen_qkvpacked_func(t(T, 3, H, 59), CU, 7),
+    "varlen_kvpacked_mqa": lambda: fac.flash_attn_varlen_kvpacked_func(t(T, H, D), t(T, 2, 1, D), CU, CU, 7, 7),
+    "varlen_batch0": lambda: fac.flash_attn_varlen_func(*vqkv(), cu(0), cu(0), 0, 0),
+    "fwd_varlen": lambda: fac.fwd(*vqkv(d=256), cu_seqlens_q=CU, cu_seqlens_k=CU, max_seqlen_q=7, max_seqlen_k=7),
+}
+
+
+@pytest.mark.parametrize("case", VALID)
+def test_valid_inputs_reach_device_check(case):
+    raises(DEVICE_MSG, VALID[case])
+
+
+def test_device_is_checked_last():
+    assert issubclass(FlashAttnInputError, ValueError)
+    raises(r"dtype torch.float32", lambda: fac.flash_attn_func(*qkv(dtype=F32)))  # not the device message
+    raises(r"cu_seqlens_q must be torch.int32", lambda: VARLEN["fwd"](*vqkv(), CU.long(), CU, 7, 7))
+    raises(r"out must match q", lambda: fac.fwd(*qkv(), out=t(B, S, H, 32)))
+    meta = torch.empty(B, S, H, D, dtype=F16, device="meta")
+    raises(r"q is on meta; flash_attn_cute needs CUDA tensors", lambda: fac.flash_attn_func(meta, meta, meta))
+
+
+# --- checks added after these tests first found them missing ---
+@pytest.mark.parametrize("q, k, msg", [((65536, 1, 1, 8), (65536, 1, 1, 8), "batch"),
+                                       ((1, 1, 65536, 8), (1, 1, 1, 8), "nheads")], ids=["batch", "nheads"])
+def test_grid_limits_rejected(q, k, msg):
+    raises(msg, lambda: fac.flash_attn_func(t(*q), t(*k), t(*k)))
+
+
+def test_non_contiguous_cu_seqlens_rejected():
+    strided = cu(0, 9, 3, 9, T, 9)[::2]  # values (0, 3, 10), stride 2
+    raises(r"cu_seqlens_q.*contiguous", lambda: fac.flash_attn_varlen_func(*vqkv(), strided, cu(0, 3, T), 7, 7))
+
+
+def test_max_seqlen_below_longest_sequence_rejected():
+    raises(r"max_seqlen_q", lambda: fac.flash_attn_varlen_func(*vqkv(), CU, CU, 1, 7))
+
+
+@pytest.mark.parametrize("tensors, cu_k", [(vqkv(), CU), (qkv(), None)], ids=["3d_cu_k_only", "4d_no_cu"])
+def test_varlen_without_cu_seqlens_q(tensors, cu_k):
+    raises(r"cu_seqlens_q", lambda: fac.flash_attn_varlen_func(*tensors, None, cu_k, 7, 7))
