@@ -9,7 +9,6 @@ Build options (environment variables):
   MAX_JOBS                parallel nvcc jobs (default: CPU count)
   CUTLASS_PATH            a CUTLASS checkout to use instead of the nvidia-cutlass wheel
 """
-import importlib.util
 import os
 import sys
 import warnings
@@ -23,19 +22,12 @@ import features  # noqa: E402  (csrc/features.py: the feature table)
 
 
 def cutlass_include_dir():
-    candidates = []
-    if os.environ.get("CUTLASS_PATH"):
-        candidates.append(Path(os.environ["CUTLASS_PATH"]) / "include")
-    candidates.append(ROOT / "third_party" / "cutlass" / "include")
-    spec = importlib.util.find_spec("cutlass_library")
-    if spec is not None and spec.origin is not None:
-        candidates.append(Path(spec.origin).parent / "source" / "include")
-    for path in candidates:
-        if (path / "cute" / "tensor.hpp").exists():
-            return str(path)
-    raise RuntimeError(
-        "flash_attn_cute: CuTe headers not found. `pip install nvidia-cutlass==4.2.0.0` "
-        "or set CUTLASS_PATH to a CUTLASS checkout. Looked in: " + ", ".join(map(str, candidates)))
+    found, looked_in = features.find_cutlass_include()
+    if found is None:
+        raise RuntimeError(
+            "flash_attn_cute: CuTe headers not found. `pip install nvidia-cutlass==4.2.0.0` "
+            "or set CUTLASS_PATH to a CUTLASS checkout. Looked in: " + ", ".join(map(str, looked_in)))
+    return found
 
 
 def cuda_extensions():

@@ -5,6 +5,7 @@ the X-macro list of built instantiations (csrc/generated/), so a kernel variant 
 once. Run it directly to (re)generate: `python csrc/features.py [--print-sources]`.
 """
 import argparse
+import importlib.util
 import os
 from pathlib import Path
 
@@ -85,6 +86,20 @@ def generate():
         if stale not in sources:
             stale.unlink()
     return sources
+
+
+def find_cutlass_include():
+    """The CuTe/CUTLASS include dir: $CUTLASS_PATH/include, third_party/cutlass/include, then the
+    nvidia-cutlass wheel's headers. Returns (path or None, the places looked in)."""
+    candidates = []
+    if os.environ.get("CUTLASS_PATH"):
+        candidates.append(Path(os.environ["CUTLASS_PATH"]) / "include")
+    candidates.append(ROOT / "third_party" / "cutlass" / "include")
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is not None and spec.origin is not None:
+        candidates.append(Path(spec.origin).parent / "source" / "include")
+    found = next((str(p) for p in candidates if (p / "cute" / "tensor.hpp").exists()), None)
+    return found, candidates
 
 
 def nvcc_gencode_flags(archs):

@@ -16,6 +16,14 @@ SOURCE = ROOT / "tests" / "cpp" / "test_host_units.cu"
 CASES = ("tile_table", "mask", "n_block_range", "block_info")
 
 
+def _load_features():
+    """csrc/features.py, the build's feature table (not an installed module)."""
+    spec = importlib.util.spec_from_file_location("_flash_attn_cute_features", ROOT / "csrc" / "features.py")
+    features = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(features)
+    return features
+
+
 def _find_nvcc():
     found = shutil.which("nvcc")
     if found:
@@ -27,21 +35,6 @@ def _find_nvcc():
                 return str(candidate)
     candidate = Path("/usr/local/cuda/bin/nvcc")
     return str(candidate) if candidate.exists() else None
-
-
-def _find_cute_include():
-    """Same lookup as setup.py: $CUTLASS_PATH/include, third_party/cutlass/include, the wheel."""
-    candidates = []
-    if os.environ.get("CUTLASS_PATH"):
-        candidates.append(Path(os.environ["CUTLASS_PATH"]) / "include")
-    candidates.append(ROOT / "third_party" / "cutlass" / "include")
-    spec = importlib.util.find_spec("cutlass_library")
-    if spec is not None and spec.origin is not None:
-        candidates.append(Path(spec.origin).parent / "source" / "include")
-    for path in candidates:
-        if (path / "cute" / "tensor.hpp").exists():
-            return str(path)
-    return None
 
 
 def _run(cmd, timeout):
@@ -57,7 +50,7 @@ def host_units(tmp_path_factory):
     nvcc = _find_nvcc()
     if nvcc is None:
         pytest.skip("nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
-    cute = _find_cute_include()
+    cute, _ = _load_features().find_cutlass_include()
     if cute is None:
         pytest.skip("CuTe headers not found: `pip install nvidia-cutlass==4.2.0.0` or set CUTLASS_PATH")
     exe = tmp_path_factory.mktemp("cpp_units") / "test_host_units"
@@ -86,9 +79,7 @@ def test_head_dim_tables_agree(host_units):
     assert proc.returncode == 0, _report(proc)
     cpp = tuple(int(x) for x in proc.stdout.split())
 
-    spec = importlib.util.spec_from_file_location("_flash_attn_cute_features", ROOT / "csrc" / "features.py")
-    features = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(features)
+    features = _load_features()
 
     from flash_attn_cute import _ops
 
