@@ -27,7 +27,10 @@ grep -E " error|bytes spill" "$OUT/build.log" | sort | uniq -c | sort -rn | head
 so=$(cd /tmp && python3 -c "import flash_attn_cute._C as c; print(c.__file__)") && gzip -c "$so" > "$OUT/$(basename "$so").gz"
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  pytest -q -rf --durations=5 "${@:-tests}" 2>&1 | tee "$OUT/tests.log" | tail -40   # the README's test command
+  # The README's test command. Plain `pytest`, not `python -m pytest`: the latter would put the
+  # source tree (which has no built _C) ahead of the installed package.
+  pytest=$(command -v pytest || echo "$(dirname "$(command -v python3)")/pytest")
+  "$pytest" -q -rf --durations=5 "${@:-tests}" 2>&1 | tee "$OUT/tests.log" | tail -40
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   python3 benchmarks/bench_attention.py --out "$OUT/bench" ${BENCH_ARGS:-} 2>"$OUT/bench.err" | tail -60
