@@ -22,7 +22,7 @@ struct ElementOf<DType::kBFloat16> {
 
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK>
 cudaError_t run_fwd(FwdParams const& params, cudaStream_t stream) {
-  using Traits = FwdKernelTraits<kHeadDim, typename ElementOf<kDType>::type>;
+  using Traits = FwdKernelTraits<kHeadDim, kIsCausal, typename ElementOf<kDType>::type>;
   auto kernel = flash_fwd_kernel<Traits, kIsCausal, kIsEvenK>;
   constexpr int kSmemBytes = Traits::kSmemBytes;
   if (kSmemBytes >= 48 * 1024) {

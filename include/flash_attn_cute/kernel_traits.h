@@ -22,12 +22,12 @@ struct Sm80MmaAtom<cutlass::bfloat16_t> {
   using type = MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>;
 };
 
-template <int kHeadDim_, typename Element_>
+template <int kHeadDim_, bool kIsCausal, typename Element_>
 struct FwdKernelTraits {
   using Element = Element_;
   using ElementAccum = float;
 
-  static constexpr FwdTileShape kTile = fwd_tile_shape(kHeadDim_);
+  static constexpr FwdTileShape kTile = fwd_tile_shape(kHeadDim_, kIsCausal);
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;

@@ -22,12 +22,15 @@ constexpr int fwd_kernel_head_dim(int head_dim) {
   return 0;  // too large: no kernel
 }
 
-constexpr FwdTileShape fwd_tile_shape(int kernel_head_dim) {
+constexpr FwdTileShape fwd_tile_shape(int kernel_head_dim, bool is_causal) {
   // 128 x 128 with 4 warps: small head dims keep S in few registers, so wide N tiles amortise
   // the softmax's row reductions.
   if (kernel_head_dim <= 64) return {128, 128, 4};
   // From 96 on, S (128 x 128) and O no longer both fit in 255 registers per thread: 64-wide N.
   if (kernel_head_dim <= 128) return {128, 64, 4};
+  // 256 causal: 64-row blocks give twice the CTAs, two per SM (96 KB of smem each), which evens
+  // out the triangle's uneven row blocks at short seqlens.
+  if (kernel_head_dim == 256 && is_causal) return {64, 64, 4};
   // 192 and 256: O alone is 64+ registers per thread at 4 warps, so 8 warps share the rows.
   return {128, 64, 8};
 }

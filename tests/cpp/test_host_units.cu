@@ -91,10 +91,12 @@ void test_tile_table() {
 
   // Tile shapes: M splits into 16-row MMA slabs per warp, N into 16-wide k-steps of P V, and the
   // Q tile plus the double-buffered K and V tiles (2 bytes an element) fit in 227 KB of smem.
-  for (int i = 0; i < n_dims; ++i) {
-    const int d = kFwdHeadDims[i];
-    const FwdTileShape t = fwd_tile_shape(d);
-    const std::string where = fmt("hdim %d: tile (%d, %d, %d warps)", d, t.block_m, t.block_n, t.n_warps);
+  for (int i = 0; i < 2 * n_dims; ++i) {
+    const int d = kFwdHeadDims[i / 2];
+    const bool causal = i % 2;
+    const FwdTileShape t = fwd_tile_shape(d, causal);
+    const std::string where =
+        fmt("hdim %d causal %d: tile (%d, %d, %d warps)", d, causal, t.block_m, t.block_n, t.n_warps);
     CHECK(t.block_m > 0 && t.block_n > 0 && t.n_warps > 0, where + ": non-positive field");
     if (t.n_warps <= 0) continue;
     CHECK(t.block_m % (16 * t.n_warps) == 0, where + ": block_m % (16 * n_warps) != 0");
