@@ -87,3 +87,23 @@ def test_head_dim_tables_agree(host_units):
         f"csrc/features.py KERNEL_HEAD_DIMS {features.KERNEL_HEAD_DIMS} != kFwdHeadDims {cpp} (tile_size.h)")
     assert tuple(_ops._KERNEL_HEAD_DIMS) == cpp, (
         f"flash_attn_cute/_ops.py _KERNEL_HEAD_DIMS {_ops._KERNEL_HEAD_DIMS} != kFwdHeadDims {cpp} (tile_size.h)")
+
+
+@pytest.mark.cuda
+def test_device_softmax(tmp_path):
+    """Softmax::softmax_rescale_o (first and later tiles, rows entirely -inf) and finalize on one
+    warp, against a double-precision host model (tests/cpp/test_device_softmax.cu)."""
+    import torch
+
+    nvcc = _find_nvcc()
+    cute, _ = _load_features().find_cutlass_include()
+    if nvcc is None or cute is None:
+        pytest.skip("nvcc or the CuTe headers not found")
+    arch = "".join(map(str, torch.cuda.get_device_capability()))
+    exe = tmp_path / "test_device_softmax"
+    build = _run([nvcc, "-std=c++17", "-O2", "--use_fast_math", "--expt-relaxed-constexpr",
+                  f"-gencode=arch=compute_{arch},code=sm_{arch}", "-I", str(ROOT / "include"), "-I", cute,
+                  "-o", str(exe), str(ROOT / "tests" / "cpp" / "test_device_softmax.cu")], timeout=600)
+    assert build.returncode == 0, _report(build)
+    result = _run([str(exe)], timeout=120)
+    assert result.returncode == 0 and result.stdout.rstrip().endswith(" 0 failed"), _report(result)
