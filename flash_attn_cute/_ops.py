@@ -68,7 +68,7 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     if out is not None:
         V.check_out(out, q)
     tensors = dict(q=q, k=k, v=v, out=out)
-    V.check_layout(aligned=True, **{n: t for n, t in tensors.items() if t is not None})
+    V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
     V.check_device(**tensors, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     _require_kernel(q.dtype, q.size(-1), bool(causal))
     if softmax_scale is None:

@@ -34,13 +34,11 @@ def check_dtypes(**tensors):
             _fail(f"{name} has dtype {t.dtype} but {first_name} has {first.dtype}; all must match")
 
 
-def check_layout(*, aligned, **tensors):
-    """Last dim contiguous; with aligned=True also 16-byte aligned pointers and strides."""
+def check_layout(**tensors):
+    """Last dim contiguous, 16-byte aligned pointers and strides."""
     for name, t in tensors.items():
         if t.dim() and t.size(-1) > 1 and t.stride(-1) != 1:
             _fail(f"{name} must have a contiguous last dimension (stride(-1) == 1), got strides {t.stride()}")
-        if not aligned:
-            continue
         bad = [i for i in range(t.dim() - 1) if t.size(i) > 1 and t.stride(i) % ALIGN_ELEMENTS]
         if bad:
             _fail(f"{name} strides {t.stride()} must be multiples of {ALIGN_ELEMENTS} elements "
