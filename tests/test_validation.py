@@ -166,7 +166,7 @@ def _varlen_cases():
     yield pytest.param("varlen", (CU, None, 7, 7), r"varlen needs both", id="no_cu_k-varlen")
 
 
-@pytest.mark.parametrize("fn, args, msg", _varlen_cases())
+@pytest.mark.parametrize("fn, args, msg", list(_varlen_cases()))
 def test_varlen_bad_cu_seqlens_and_max_seqlen(fn, args, msg):
     raises(msg, lambda: VARLEN[fn](*vqkv(), *args))
 
