@@ -44,8 +44,6 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     if varlen:
         V.require_cu_seqlens(cu_seqlens_q, cu_seqlens_k)
     V.check_qkv(q, k, v, varlen)
-    if varlen:
-        V.check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     V.check_not_implemented(dropout_p, window_size, softcap, alibi_slopes, block_table)
     out, lse = _FlashAttnFunc.apply(q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                     max_seqlen_k)
