@@ -30,6 +30,24 @@ def cutlass_include_dir():
     return found
 
 
+def use_prebuilt(kernel_sources, archs):
+    """With FLASH_ATTN_CUTE_PREBUILT=<dir> (filled by scripts/prebuild_kernels.py), kernel files whose
+    object there has a matching key are linked instead of compiled. Returns (sources, objects)."""
+    folder = os.environ.get("FLASH_ATTN_CUTE_PREBUILT")
+    if not folder:
+        return kernel_sources, []
+    nvcc_version = features.nvcc_version()
+    sources, objects = [], []
+    for src in kernel_sources:
+        obj = Path(folder) / (Path(src).stem + ".o")
+        key = obj.with_suffix(".key")
+        fresh = obj.exists() and key.exists() and key.read_text().strip() == features.prebuilt_key(
+            ROOT / src, archs, nvcc_version)
+        (objects if fresh else sources).append(str(obj.resolve()) if fresh else src)
+    print(f"flash_attn_cute: {len(objects)} prebuilt kernel objects from {folder}, {len(sources)} to compile")
+    return sources, objects
+
+
 def cuda_extensions():
     if os.environ.get("FLASH_ATTN_CUTE_SKIP_CUDA_BUILD") == "1":
         return [], {}
@@ -42,17 +60,15 @@ def cuda_extensions():
     os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
     _, _, archs = features.selected()
     kernel_sources = [str(p.relative_to(ROOT)) for p in features.generate()]
-    nvcc_flags = [
-        "-O3", "--use_fast_math", "--expt-relaxed-constexpr", "--expt-extended-lambda",
-        "-DNDEBUG", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
-        "-U__CUDA_NO_HALF2_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
-    ] + features.nvcc_gencode_flags(archs)
+    nvcc_flags = features.nvcc_flags(archs)
+    kernel_sources, prebuilt_objects = use_prebuilt(kernel_sources, archs)
     if os.environ.get("FLASH_ATTN_CUTE_PTXAS_VERBOSE") == "1":
         nvcc_flags.append("-Xptxas=-v")
     ext = CUDAExtension(
         name="flash_attn_cute._C",
-        sources=["csrc/ops.cpp", "csrc/fwd_api.cpp", "csrc/fwd_dispatch.cpp"] + kernel_sources,
+        sources=["csrc/ops.cpp", "csrc/glue.cpp", "csrc/fwd_api.cpp", "csrc/bwd_api.cpp", "csrc/dispatch.cpp"] + kernel_sources,
         include_dirs=[str(ROOT / "include"), str(ROOT / "csrc"), cutlass_include_dir()],
+        extra_objects=prebuilt_objects,
         extra_compile_args={"cxx": ["-O3"], "nvcc": nvcc_flags},
     )
     return [ext], {"build_ext": BuildExtension}

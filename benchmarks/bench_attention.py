@@ -48,6 +48,8 @@ def parse_args(argv=None):
     p.add_argument("--dtypes", type=choice_list(tuple(DTYPES)), default=["bf16"], help="bf16,fp16 (default: bf16)")
     p.add_argument("--modes", type=choice_list(tuple(FLOPS_FACTOR)), default=["fwd"],
                    help="comma list of fwd,bwd,fwd_bwd (default: fwd)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="run cute with deterministic=True (bitwise reproducible dQ)")
     p.add_argument("--out", metavar="PREFIX", help="write <PREFIX>.md (tables) and <PREFIX>.png (chart)")
     p.add_argument("--dry-run", action="store_true", help="print the grid and exit without touching CUDA")
     args = p.parse_args(argv)
@@ -71,13 +73,15 @@ def fwd_flops(hdim, causal, seqlen, batch, nheads):
     return 4 * batch * seqlen**2 * nheads * hdim / (2 if causal else 1)
 
 
-def build_providers():
+def build_providers(deterministic=False):
     """name -> (fn(q, k, v, causal), context pinning the backend). cute takes (b, s, h, d), SDPA (b, h, s, d)."""
     from flash_attn_cute import flash_attn_func
 
     def sdpa(q, k, v, causal):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    return {"cute": (lambda q, k, v, causal: flash_attn_func(q, k, v, causal=causal), contextlib.nullcontext),
+    def cute(q, k, v, causal):
+        return flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
+    return {"cute": (cute, contextlib.nullcontext),
             "FA2": (sdpa, lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION)),
             "cuDNN": (sdpa, lambda: sdpa_kernel(SDPBackend.CUDNN_ATTENTION))}
 
@@ -145,14 +149,15 @@ def geomean(xs):
     return f"{math.exp(sum(map(math.log, xs)) / len(xs)):.3f}" if xs else "-"
 
 
-def header_lines():
+def header_lines(args):
     import flash_attn_cute
     return ["# flash_attn_cute attention benchmark", "",
             f"- date (UTC): {datetime.now(timezone.utc):%Y-%m-%d %H:%M}",
             f"- GPU: {torch.cuda.get_device_name()}",
             f"- torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}",
             f"- flash_attn_cute {getattr(flash_attn_cute, '__version__', '(no __version__)')}",
-            "- providers: cute = flash_attn_cute.flash_attn_func; FA2 / cuDNN = torch SDPA pinned to "
+            "- providers: cute = flash_attn_cute.flash_attn_func"
+            + (" with deterministic=True" if args.deterministic else "") + "; FA2 / cuDNN = torch SDPA pinned to "
             "FLASH_ATTENTION / CUDNN_ATTENTION",
             "- timing: triton do_bench median (warmup=25, rep=100); fwd under no_grad; bwd = autograd.grad "
             "with fixed dout (2.5x fwd FLOPs); fwd_bwd = 3.5x fwd FLOPs",
@@ -222,13 +227,13 @@ def main(argv=None):
                 print(f"| {dtype} | " + " | ".join(map(str, shape)) + f" | {fwd_flops(*shape) / 1e9:.1f} |")
         return
 
-    providers = build_providers()
+    providers = build_providers(args.deterministic)
     results, maxdiffs, notes = {}, {}, defaultdict(list)
     for dtype in args.dtypes:
         for shape in grid(args, dtype):
             results[dtype, shape], maxdiffs[dtype, shape] = run_shape(providers, dtype, shape, args.modes, notes)
 
-    lines = header_lines()
+    lines = header_lines(args)
     for mode in args.modes:
         for dtype in args.dtypes:
             lines += table_lines(args, results, maxdiffs, mode, dtype)

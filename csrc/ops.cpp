@@ -3,7 +3,9 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include "flash_attn_cute/bwd_api.h"
 #include "flash_attn_cute/fwd_api.h"
+#include "generated/bwd_instances.h"
 #include "generated/fwd_instances.h"
 #include "torch_api.h"
 
@@ -11,9 +13,16 @@ TORCH_LIBRARY(flash_attn_cute, m) {
   m.def(
       "fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
       "int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal) -> Tensor");
+  m.def(
+      "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, Tensor(a!) dq, "
+      "Tensor(b!) dk, Tensor(c!) dv, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "
+      "int max_seqlen_k, float softmax_scale, bool causal, bool deterministic) -> ()");
 }
 
-TORCH_LIBRARY_IMPL(flash_attn_cute, CUDA, m) { m.impl("fwd", &flash_attn_cute::fwd); }
+TORCH_LIBRARY_IMPL(flash_attn_cute, CUDA, m) {
+  m.impl("fwd", &flash_attn_cute::fwd);
+  m.impl("bwd", &flash_attn_cute::bwd);
+}
 
 namespace {
 
@@ -21,16 +30,24 @@ namespace {
 // even-K and uneven-K variants).
 pybind11::list built_fwd_kernels() {
   pybind11::list kernels;
-#define FLASH_FWD_LIST(DT, HDIM, CAUSAL, EVEN_K)                                                    \
+#define FLASH_KERNEL_LIST(DT, HDIM, CAUSAL, EVEN_K)                                                    \
   if (EVEN_K)                                                                                      \
     kernels.append(pybind11::make_tuple(std::string(#DT) == "kFloat16" ? "fp16" : "bf16", HDIM, CAUSAL));
-  FLASH_FWD_INSTANCES(FLASH_FWD_LIST)
-#undef FLASH_FWD_LIST
+  FLASH_FWD_INSTANCES(FLASH_KERNEL_LIST)
   return kernels;
 }
+
+// The (dtype, kernel head dim, causal) backward kernels compiled into this build.
+pybind11::list built_bwd_kernels() {
+  pybind11::list kernels;
+  FLASH_BWD_INSTANCES(FLASH_KERNEL_LIST)
+  return kernels;
+}
+#undef FLASH_KERNEL_LIST
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("built_fwd_kernels", &built_fwd_kernels, "(dtype, kernel head dim, causal) forward kernels in this build");
+  m.def("built_bwd_kernels", &built_bwd_kernels, "(dtype, kernel head dim, causal) backward kernels in this build");
 }

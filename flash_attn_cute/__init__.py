@@ -1,7 +1,7 @@
 """flash_attn_cute: FlashAttention-2 as CUDA/CuTe kernels, a drop-in for flash-attn 2.x."""
 __version__ = "0.1.0"
 
-from ._ops import BUILT_FWD_KERNELS, fwd
+from ._ops import BUILT_BWD_KERNELS, BUILT_FWD_KERNELS, bwd, fwd
 from .interface import (
     flash_attn_func,
     flash_attn_kvpacked_func,
@@ -13,6 +13,7 @@ from .interface import (
 from .validation import FlashAttnInputError
 
 __all__ = [
+    "BUILT_BWD_KERNELS",
     "BUILT_FWD_KERNELS",
     "FlashAttnInputError",
     "flash_attn_func",
@@ -21,5 +22,6 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
+    "bwd",
     "fwd",
 ]

@@ -1,5 +1,5 @@
 """The compiled ops (torch.ops.flash_attn_cute.*), their fake implementations, and the low-level
-`fwd` entry point."""
+`fwd` / `bwd` entry points."""
 import math
 
 import torch
@@ -25,17 +25,19 @@ def kernel_head_dim(head_dim):
 # {(dtype name, kernel head dim, causal)} compiled into this install (empty without CUDA); read
 # once so that torch.compile sees a constant.
 BUILT_FWD_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _C.built_fwd_kernels())
+BUILT_BWD_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _C.built_bwd_kernels())
 
 
-def _require_kernel(dtype, head_dim, causal):
+def _require_kernel(dtype, head_dim, causal, pass_="forward"):
     if _C is None:
         raise RuntimeError("flash_attn_cute was installed without its CUDA extension "
                            f"(import failed: {_IMPORT_ERROR}); reinstall on a machine with CUDA torch")
     key = (_DTYPE_NAMES[dtype], kernel_head_dim(head_dim), causal)
-    if key not in BUILT_FWD_KERNELS:
+    if key not in (BUILT_FWD_KERNELS if pass_ == "forward" else BUILT_BWD_KERNELS):
         raise NotImplementedError(
-            f"flash_attn_cute: this build has no forward kernel for {key[0]}, head dim {head_dim} "
-            f"(kernel {key[1]}), causal={causal}; rebuild with FLASH_ATTN_CUTE_HDIMS / FLASH_ATTN_CUTE_DTYPES")
+            f"flash_attn_cute: this build has no {pass_} kernel for {key[0]}, head dim {head_dim} "
+            f"(kernel {key[1]}), causal={causal}; rebuild with FLASH_ATTN_CUTE_HDIMS / FLASH_ATTN_CUTE_DTYPES "
+            "/ FLASH_ATTN_CUTE_PASSES")
 
 
 if _C is not None:
@@ -44,6 +46,25 @@ if _C is not None:
         if cu_seqlens_q is not None:
             return q.new_empty((q.size(1), q.size(0)), dtype=torch.float32)
         return q.new_empty((q.size(0), q.size(2), q.size(1)), dtype=torch.float32)
+
+    @torch.library.register_fake("flash_attn_cute::bwd")
+    def _bwd_fake(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                  max_seqlen_k, softmax_scale, causal, deterministic):
+        return None
+
+
+def _check_aligned_head_dim(q, name):
+    if q.size(-1) % V.ALIGN_ELEMENTS:
+        V._fail(f"{name} needs a head dim that is a multiple of {V.ALIGN_ELEMENTS}, got {q.size(-1)} "
+                "(flash_attn_func pads it for you)")
+
+
+def _check_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """The (max) sequence lengths the kernels run on."""
+    if cu_seqlens_q is not None or cu_seqlens_k is not None:
+        V.check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+        return max_seqlen_q, max_seqlen_k
+    return q.size(1), k.size(1)
 
 
 def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, cu_seqlens_k=None,
@@ -56,17 +77,10 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     (batch, nheads, seqlen_q), or (nheads, total_q) for varlen; rows that see no key get out = 0 and
     lse = +inf. `out`, if given, is written in place.
     """
-    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
-    V.check_qkv(q, k, v, varlen)
-    if q.size(-1) % V.ALIGN_ELEMENTS:
-        V._fail(f"fwd needs a head dim that is a multiple of {V.ALIGN_ELEMENTS}, got {q.size(-1)} "
-                "(flash_attn_func pads it for you)")
-    if varlen:
-        V.check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    else:
-        max_seqlen_q, max_seqlen_k = q.size(1), k.size(1)
-    if out is not None:
-        V.check_out(out, q)
+    V.check_qkv(q, k, v, cu_seqlens_q is not None or cu_seqlens_k is not None)
+    _check_aligned_head_dim(q, "fwd")
+    max_seqlen_q, max_seqlen_k = _check_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    V.check_like("q", q, out=out)
     tensors = dict(q=q, k=k, v=v, out=out)
     V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
     V.check_device(**tensors, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
@@ -78,3 +92,34 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     lse = torch.ops.flash_attn_cute.fwd(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                         float(softmax_scale), bool(causal))
     return out, lse
+
+
+def bwd(dout, q, k, v, out, softmax_lse, dq=None, dk=None, dv=None, softmax_scale=None, causal=False,
+        cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, deterministic=False):
+    """Low-level backward of `fwd`: returns (dq, dk, dv), like q, k, v.
+
+    out and softmax_lse are what `fwd` returned for the same q, k, v, softmax_scale and causal;
+    dout is the gradient of out (any strides with a contiguous last dimension). dq, dk, dv, if
+    given, are written in place. With GQA / MQA, dk and dv are summed over the query heads that
+    share each KV head. deterministic=True makes dq bitwise reproducible (dk and dv always are).
+    """
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    V.check_qkv(q, k, v, varlen)
+    _check_aligned_head_dim(q, "bwd")
+    max_seqlen_q, max_seqlen_k = _check_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    V.check_like("q", q, dout=dout, out=out, dq=dq)
+    V.check_like("k", k, dk=dk, dv=dv)
+    V.check_lse(softmax_lse, q, varlen)
+    tensors = dict(q=q, k=k, v=v, out=out, dout=dout, dq=dq, dk=dk, dv=dv)
+    V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
+    V.check_device(**tensors, softmax_lse=softmax_lse, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
+    _require_kernel(q.dtype, q.size(-1), bool(causal), "backward")
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(q.size(-1))
+    dq = torch.empty_like(q) if dq is None else dq
+    dk = torch.empty_like(k) if dk is None else dk
+    dv = torch.empty_like(v) if dv is None else dv
+    torch.ops.flash_attn_cute.bwd(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
+                                  max_seqlen_q, max_seqlen_k, float(softmax_scale), bool(causal),
+                                  bool(deterministic))
+    return dq, dk, dv

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from . import validation as V
-from ._ops import fwd
+from ._ops import bwd, fwd
 
 
 def _round_up_head_dim(x):
@@ -14,39 +14,54 @@ def _round_up_head_dim(x):
     return F.pad(x, (0, pad)) if pad else x
 
 
-def _forward(q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
-    head_dim = q.size(-1)
-    if softmax_scale is None:
-        softmax_scale = 1.0 / math.sqrt(head_dim)
-    q, k, v = (_round_up_head_dim(x) for x in (q, k, v))
-    out, lse = fwd(q, k, v, softmax_scale=softmax_scale, causal=causal, cu_seqlens_q=cu_seqlens_q,
-                   cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
-    return out[..., :head_dim], lse
+def _kernel_layout(x):
+    """x itself if the kernels take its layout, else a contiguous copy (for gradients, whose
+    layout the caller does not choose)."""
+    ok = x.stride(-1) == 1 and all(
+        st % V.ALIGN_ELEMENTS == 0 or sz == 1 for st, sz in zip(x.stride()[:-1], x.shape[:-1]))
+    if ok and not torch.compiler.is_compiling():  # a traced tensor has no data pointer
+        ok = x.data_ptr() % 16 == 0
+    return x if ok else x.contiguous()
 
 
 class _FlashAttnFunc(torch.autograd.Function):
-    """Forward through the kernels; the backward pass is not built yet and says so."""
+    """fwd / bwd on inputs padded to a head dim that is a multiple of 8; gradients come back
+    unpadded."""
 
     @staticmethod
-    def forward(ctx, q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
-        out, lse = _forward(q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                            max_seqlen_k)
+    def forward(ctx, q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                deterministic):
+        head_dim = q.size(-1)
+        if softmax_scale is None:
+            softmax_scale = 1.0 / math.sqrt(head_dim)
+        q, k, v = (_round_up_head_dim(x) for x in (q, k, v))
+        out, lse = fwd(q, k, v, softmax_scale=softmax_scale, causal=causal, cu_seqlens_q=cu_seqlens_q,
+                       cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
+        ctx.args = (head_dim, softmax_scale, causal, max_seqlen_q, max_seqlen_k, deterministic)
         ctx.mark_non_differentiable(lse)
-        return out, lse
+        return out[..., :head_dim], lse
 
     @staticmethod
     def backward(ctx, dout, dlse):
-        raise NotImplementedError("flash_attn_cute: the backward pass is not implemented yet")
+        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+        head_dim, softmax_scale, causal, max_seqlen_q, max_seqlen_k, deterministic = ctx.args
+        dout = _kernel_layout(_round_up_head_dim(dout))
+        dq, dk, dv = bwd(dout, q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal,
+                         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                         max_seqlen_k=max_seqlen_k, deterministic=deterministic)
+        return dq[..., :head_dim], dk[..., :head_dim], dv[..., :head_dim], None, None, None, None, None, None, None
 
 
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
-               window_size, softcap, alibi_slopes, return_attn_probs, block_table=None, varlen=False):
+               window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table=None,
+               varlen=False):
     if varlen:
         V.require_cu_seqlens(cu_seqlens_q, cu_seqlens_k)
     V.check_qkv(q, k, v, varlen)
     V.check_not_implemented(dropout_p, window_size, softcap, alibi_slopes, block_table)
     out, lse = _FlashAttnFunc.apply(q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                    max_seqlen_k)
+                                    max_seqlen_k, bool(deterministic))
     return (out, lse, None) if return_attn_probs else out
 
 
@@ -62,7 +77,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     """q: (batch, seqlen_q, nheads, d); k, v: (batch, seqlen_k, nheads_k, d). Returns out like q,
     or (out, softmax_lse, None) with return_attn_probs."""
     return _attention(q, k, v, None, None, None, None, dropout_p, softmax_scale, causal, window_size, softcap,
-                      alibi_slopes, return_attn_probs)
+                      alibi_slopes, deterministic, return_attn_probs)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -70,7 +85,7 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
     """qkv: (batch, seqlen, 3, nheads, d)."""
     q, k, v = _unpack(qkv, 2, 3, "qkv")
     return _attention(q, k, v, None, None, None, None, dropout_p, softmax_scale, causal, window_size, softcap,
-                      alibi_slopes, return_attn_probs)
+                      alibi_slopes, deterministic, return_attn_probs)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -78,7 +93,7 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
     """q: (batch, seqlen_q, nheads, d); kv: (batch, seqlen_k, 2, nheads_k, d)."""
     k, v = _unpack(kv, 2, 2, "kv")
     return _attention(q, k, v, None, None, None, None, dropout_p, softmax_scale, causal, window_size, softcap,
-                      alibi_slopes, return_attn_probs)
+                      alibi_slopes, deterministic, return_attn_probs)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -87,7 +102,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """q: (total_q, nheads, d); k, v: (total_k, nheads_k, d); cu_seqlens_*: int32 (batch + 1).
     softmax_lse is (nheads, total_q)."""
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
-                      causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table, varlen=True)
+                      causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table,
+                      varlen=True)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None,
@@ -96,7 +112,7 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
     """qkv: (total, 3, nheads, d)."""
     q, k, v = _unpack(qkv, 1, 3, "qkv")
     return _attention(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p, softmax_scale, causal,
-                      window_size, softcap, alibi_slopes, return_attn_probs, varlen=True)
+                      window_size, softcap, alibi_slopes, deterministic, return_attn_probs, varlen=True)
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -105,4 +121,4 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
     """q: (total_q, nheads, d); kv: (total_k, 2, nheads_k, d)."""
     k, v = _unpack(kv, 1, 2, "kv")
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
-                      causal, window_size, softcap, alibi_slopes, return_attn_probs, varlen=True)
+                      causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, varlen=True)

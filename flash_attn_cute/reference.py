@@ -79,8 +79,10 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, reorde
     lse = torch.logsumexp(scores.float(), dim=-1)  # -inf for empty rows
     lse = lse.masked_fill(row_empty.view(1, 1, -1), float("inf"))
 
-    attn = torch.softmax(scores, dim=-1)  # NaN on fully masked rows ...
-    attn = attn.masked_fill(row_empty.view(1, 1, -1, 1), 0.0)  # ... replaced by exact 0
+    # Fully masked rows would give softmax NaN (and NaN gradients): softmax a row of zeros instead
+    # and zero its probabilities, so the output and every gradient of such a row are exactly 0.
+    empty = row_empty.view(1, 1, -1, 1)
+    attn = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
     out = torch.einsum("bhts,bshd->bthd", attn.to(v.dtype), v)
     return out, lse
 

@@ -120,10 +120,25 @@ def check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
     _check_cu_seqlens_values("cu_seqlens_k", cu_seqlens_k, k.size(0), "max_seqlen_k", max_seqlen_k)
 
 
-def check_out(out, q):
-    _check_tensor("out", out)
-    if out.shape != q.shape or out.dtype != q.dtype:
-        _fail(f"out must match q: shape {tuple(q.shape)} dtype {q.dtype}, got {tuple(out.shape)} {out.dtype}")
+def check_like(ref_name, ref, **tensors):
+    """Tensors (None: not given) that must have the shape and dtype of ref."""
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        _check_tensor(name, t)
+        if t.shape != ref.shape or t.dtype != ref.dtype:
+            _fail(f"{name} must match {ref_name}: shape {tuple(ref.shape)} dtype {ref.dtype}, "
+                  f"got {tuple(t.shape)} {t.dtype}")
+
+
+def check_lse(lse, q, varlen):
+    """softmax_lse as the forward returns it: contiguous float32 (batch, nheads, seqlen_q) or
+    (nheads, total_q)."""
+    _check_tensor("softmax_lse", lse)
+    shape = (q.size(1), q.size(0)) if varlen else (q.size(0), q.size(2), q.size(1))
+    if lse.dtype != torch.float32 or tuple(lse.shape) != shape or not lse.is_contiguous():
+        _fail(f"softmax_lse must be the forward's contiguous float32 tensor of shape {shape}, "
+              f"got {tuple(lse.shape)} {lse.dtype}" + ("" if lse.is_contiguous() else " (not contiguous)"))
 
 
 def check_device(**tensors):

@@ -180,10 +180,3 @@ def test_torch_compile_fullgraph():
         return fac.flash_attn_func(q, k, v, causal=True) * 2
 
     torch.testing.assert_close(f(q, k, v), 2 * fac.flash_attn_func(q, k, v, causal=True))
-
-
-def test_backward_not_implemented_yet():
-    q, k, v = (_randn(1, 64, 2, 64, dtype=torch.bfloat16).requires_grad_() for _ in range(3))
-    out = fac.flash_attn_func(q, k, v)
-    with pytest.raises(NotImplementedError, match="backward"):
-        out.sum().backward()

@@ -42,6 +42,12 @@ struct BlockInfo {
   FLASH_HOST_DEVICE index_t lse_offset(FwdParams const& params, int bidb, int h) const {
     return (is_varlen ? q_row_start : bidb * params.lse_batch_stride) + h * params.lse_head_stride;
   }
+  // Offset (in floats) of row 0 of (batch bidb, head h) in the backward's dQ accumulator.
+  FLASH_HOST_DEVICE index_t dq_accum_offset(BwdParams const& params, int bidb, int h) const {
+    return (is_varlen ? (q_row_start + index_t(bidb) * params.dq_accum_varlen_pad) * params.dq_accum_row_stride
+                      : bidb * params.dq_accum_batch_stride) +
+           h * params.dq_accum_head_stride;
+  }
 
  private:
   FLASH_HOST_DEVICE static index_t row_offset(TensorView const& t, int bidb, index_t row_start, bool varlen) {
@@ -77,6 +83,38 @@ FLASH_HOST_DEVICE constexpr NBlockRange fwd_n_block_range(int m_block, int block
   int n_unmasked = key_end_first_row > 0 ? key_end_first_row / block_n : 0;
   if (n_unmasked > n_block_max) n_unmasked = n_block_max;
   return {0, n_block_max, n_block_max - n_unmasked};
+}
+
+// Query row blocks that see at least one key of key block n_block, walked upward from m_block_min
+// (the backward's loop). The first n_masked_steps blocks hold an invisible (row, key) pair: the
+// causal diagonal, or every block when the key block runs past seqlen_k. The rest run mask-free.
+// The inverse of fwd_n_block_range: m_block is in the range of n_block iff n_block < its n_block_max.
+struct MBlockRange {
+  int m_block_min;
+  int m_block_max;  // exclusive; m_block_max <= m_block_min means no row sees the key block
+  int n_masked_steps;
+};
+
+FLASH_HOST_DEVICE constexpr MBlockRange bwd_m_block_range(int n_block, int block_m, int block_n,
+                                                         int seqlen_q, int seqlen_k, bool is_causal) {
+  const int m_block_max = ceil_div(seqlen_q, block_m);
+  const int key_first = n_block * block_n;
+  if (key_first >= seqlen_k) return {0, 0, 0};
+  const int key_end = (n_block + 1) * block_n;
+  const int key_last = (key_end < seqlen_k ? key_end : seqlen_k) - 1;
+  int m_block_min = 0;
+  int m_block_full = 0;  // the first block whose every row sees every key of the key block
+  if (is_causal) {
+    // Row i sees key j iff i >= j - (seqlen_k - seqlen_q).
+    const int diag_offset = seqlen_k - seqlen_q;
+    const int first_row = key_first - diag_offset;
+    const int full_row = key_last - diag_offset;
+    m_block_min = first_row > 0 ? first_row / block_m : 0;
+    m_block_full = full_row > 0 ? ceil_div(full_row, block_m) : 0;
+  }
+  if (m_block_min >= m_block_max) return {m_block_min, m_block_min, 0};
+  const int masked_end = key_end > seqlen_k ? m_block_max : (m_block_full < m_block_max ? m_block_full : m_block_max);
+  return {m_block_min, m_block_max, masked_end > m_block_min ? masked_end - m_block_min : 0};
 }
 
 }  // namespace flash_attn_cute

@@ -46,4 +46,26 @@ struct FwdParams {
   int num_sms = 0;  // read off the device by the caller; used by launch heuristics
 };
 
+// The backward reads everything the forward did (q, k, v, o, softmax_lse, sizes, scales) plus:
+struct BwdParams : FwdParams {
+  TensorView dout, dq, dk, dv;  // dk, dv: (batch, seqlen_k, heads_k, dim), summed over each group
+
+  // D = rowsum(dO * O), fp32, laid out exactly like softmax_lse (same strides).
+  float* dsoftmax_sum_ptr = nullptr;
+  // fp32 dQ accumulator (unscaled), laid out like dq but padded: (batch, seqlen_q rounded up to
+  // block_m, heads, kernel head dim), or (total_q + batch * block_m, heads, kernel head dim) with
+  // sequence b starting at row cu_seqlens_q[b] + b * block_m. Every query row block thus owns
+  // block_m whole rows and the kernel adds full tiles without row checks. Strides in floats.
+  float* dq_accum_ptr = nullptr;
+  index_t dq_accum_batch_stride = 0;  // unused in varlen mode
+  index_t dq_accum_row_stride = 0;
+  index_t dq_accum_head_stride = 0;
+  int dq_accum_varlen_pad = 0;  // rows added before each sequence in varlen mode: b * pad
+
+  // deterministic: dQ tiles are added in key-block order, ordered by one int32 counter per
+  // (batch, head, query row block), zeroed by the caller. dK and dV are always deterministic.
+  bool deterministic = false;
+  int* dq_semaphore = nullptr;  // (batch, heads, ceil_div(seqlen_q, block_m))
+};
+
 }  // namespace flash_attn_cute

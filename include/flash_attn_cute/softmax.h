@@ -85,4 +85,30 @@ struct Softmax {
   }
 };
 
+// The backward's softmax: P recomputed from the forward's LSE, and dS = P * (dP - D).
+// tSrS_rc: (rows, cols) scores, overwritten with P = exp2(S * scale_log2 - lse_log2(row)); a row
+// with lse_log2 = +inf (no key seen, or past seqlen_q) gets P = 0.
+template <class TensorS, class TensorRow>
+__device__ __forceinline__ void probs_from_lse(TensorS& tSrS_rc, TensorRow const& lse_log2, float scale_log2) {
+#pragma unroll
+  for (int mi = 0; mi < size<0>(tSrS_rc); ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < size<1>(tSrS_rc); ++ni) {
+      tSrS_rc(mi, ni) = exp2f(tSrS_rc(mi, ni) * scale_log2 - lse_log2(mi));
+    }
+  }
+}
+
+// tdPrdP_rc: (rows, cols) dP = dO V^T, overwritten with dS = P * (dP - D(row)).
+template <class TensordP, class TensorP, class TensorRow>
+__device__ __forceinline__ void dscores(TensordP& tdPrdP_rc, TensorP const& tSrP_rc, TensorRow const& dsum) {
+#pragma unroll
+  for (int mi = 0; mi < size<0>(tdPrdP_rc); ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < size<1>(tdPrdP_rc); ++ni) {
+      tdPrdP_rc(mi, ni) = tSrP_rc(mi, ni) * (tdPrdP_rc(mi, ni) - dsum(mi));
+    }
+  }
+}
+
 }  // namespace flash_attn_cute

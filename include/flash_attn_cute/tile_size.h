@@ -35,4 +35,25 @@ constexpr FwdTileShape fwd_tile_shape(int kernel_head_dim, bool is_causal) {
   return {128, 64, 8};
 }
 
+struct BwdTileShape {
+  int block_m;     // query rows per mainloop step
+  int block_n;     // key rows per CTA (dK, dV stay in registers for the whole CTA)
+  int n_warps;
+  int atom_m_sdp;  // warps along M for S = Q K^T and dP = dO V^T (the rest go along N)
+  int atom_n_dkv;  // warps along N for dK, dV (the rest go along head_dim)
+  int atom_m_dq;   // warps along M for dQ = dS K (the rest go along head_dim)
+};
+
+// Backward tiles: one 8-warp CTA per SM, all of Q, dO (double-buffered), K, V, P and dS in shared
+// memory; dK and dV take 2 * block_n * head_dim / 256 accumulator registers per thread.
+constexpr BwdTileShape bwd_tile_shape(int kernel_head_dim) {
+  // dK + dV are only 64 registers: a 128-row M step halves the m-loop trips (measured 2% faster
+  // than 64 rows on H200 despite a few spilled registers).
+  if (kernel_head_dim <= 64) return {128, 128, 8, 2, 4, 4};
+  // dK + dV take 128 registers: 64-row M steps keep S and dP at 32 each.
+  if (kernel_head_dim <= 128) return {64, 128, 8, 2, 4, 2};
+  // dK + dV take 128 registers at 64 key rows; shared memory (208 KB at 256) bounds the tiles.
+  return {64, 64, 8, 4, 2, 2};
+}
+
 }  // namespace flash_attn_cute

@@ -1,0 +1,73 @@
+// Torch glue for the backward: checks the tensors, allocates the fp32 scratch (D, the dQ
+// accumulator and, when deterministic, its counters), fills BwdParams and dispatches.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "flash_attn_cute/bwd_api.h"
+#include "glue.h"
+#include "torch_api.h"
+
+namespace flash_attn_cute {
+
+void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::Tensor const& v,
+         at::Tensor const& out, at::Tensor const& softmax_lse, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
+         std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
+         int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, bool deterministic) {
+  const Problem p = check_problem(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+  const int kernel_head_dim = fwd_kernel_head_dim(int(p.head_dim));
+  TORCH_CHECK(bwd_is_built(p.dtype, kernel_head_dim), "flash_attn_cute: no backward kernel for ",
+              c10::toString(q.scalar_type()), " head dim ", num(p.head_dim),
+              " in this build (see FLASH_ATTN_CUTE_HDIMS / _DTYPES / _PASSES)");
+  check_like(dout, q, "dout", "q");
+  check_like(dq, q, "dq", "q");
+  check_like(dk, k, "dk", "k");
+  check_like(dv, v, "dv", "v");
+  TORCH_CHECK(softmax_lse.scalar_type() == at::kFloat && softmax_lse.sizes() == at::IntArrayRef(lse_shape(p)) &&
+                  softmax_lse.is_contiguous() && softmax_lse.device() == q.device(),
+              "flash_attn_cute: softmax_lse must be the forward's contiguous float32 ",
+              p.varlen ? "(nheads, total_q)" : "(batch, nheads, seqlen_q)", " tensor");
+
+  c10::cuda::CUDAGuard device_guard(q.device());
+  if (p.batch == 0 || p.heads == 0) return;
+  if (p.seqlen_q == 0 || p.seqlen_k == 0) {  // no (row, key) pair anywhere: every gradient is 0
+    dq.zero_();
+    dk.zero_();
+    dv.zero_();
+    return;
+  }
+  const int block_m = bwd_block_m(kernel_head_dim);
+  const int64_t m_blocks = (p.seqlen_q + block_m - 1) / block_m;
+  const int64_t n_blocks = (p.seqlen_k + bwd_tile_shape(kernel_head_dim).block_n - 1) /
+                           bwd_tile_shape(kernel_head_dim).block_n;
+  TORCH_CHECK(!deterministic || n_blocks <= 65535, "flash_attn_cute: deterministic backward supports seqlen_k up to ",
+              num(65535 * int64_t(bwd_tile_shape(kernel_head_dim).block_n)));
+
+  // The dQ accumulator (see BwdParams): whole row blocks per sequence, dq's (row, head, dim) order.
+  const int64_t accum_rows = p.varlen ? p.total_q + p.batch * block_m : m_blocks * block_m;
+  auto f32 = q.options().dtype(at::kFloat);
+  at::Tensor dsoftmax_sum = at::empty(lse_shape(p), f32);
+  at::Tensor dq_accum = p.varlen ? at::zeros({accum_rows, p.heads, kernel_head_dim}, f32)
+                                 : at::zeros({p.batch, accum_rows, p.heads, kernel_head_dim}, f32);
+  at::Tensor dq_semaphore;
+  if (deterministic) dq_semaphore = at::zeros({p.batch, p.heads, m_blocks}, q.options().dtype(at::kInt));
+
+  BwdParams params;
+  fill_params(params, p, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal);
+  params.dout = view_of(dout, p.varlen);
+  params.dq = view_of(dq, p.varlen);
+  params.dk = view_of(dk, p.varlen);
+  params.dv = view_of(dv, p.varlen);
+  params.dsoftmax_sum_ptr = dsoftmax_sum.data_ptr<float>();
+  params.dq_accum_ptr = dq_accum.data_ptr<float>();
+  params.dq_accum_batch_stride = p.varlen ? 0 : dq_accum.stride(0);
+  params.dq_accum_row_stride = dq_accum.stride(-3);
+  params.dq_accum_head_stride = dq_accum.stride(-2);
+  params.dq_accum_varlen_pad = p.varlen ? block_m : 0;
+  params.deterministic = deterministic;
+  params.dq_semaphore = deterministic ? dq_semaphore.data_ptr<int>() : nullptr;
+  const cudaError_t err = run_bwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(err == cudaSuccess, "flash_attn_cute: backward kernel launch failed: ", cudaGetErrorString(err));
+}
+
+}  // namespace flash_attn_cute

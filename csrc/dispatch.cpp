@@ -1,0 +1,47 @@
+// Maps a runtime (dtype, head dim, causal) to the instantiation this build compiled, for the
+// forward and the backward. The lists come from csrc/features.py.
+#include "flash_attn_cute/bwd_api.h"
+#include "flash_attn_cute/fwd_api.h"
+#include "generated/bwd_instances.h"
+#include "generated/fwd_instances.h"
+
+namespace flash_attn_cute {
+namespace {
+
+bool matches(FwdParams const& params, DType dtype, int hdim, bool causal, bool even_k) {
+  const int kernel_head_dim = fwd_kernel_head_dim(params.head_dim);
+  return params.dtype == dtype && kernel_head_dim == hdim && params.is_causal == causal &&
+         (params.head_dim == kernel_head_dim) == even_k;
+}
+
+}  // namespace
+
+cudaError_t run_fwd_dispatch(FwdParams const& params, cudaStream_t stream) {
+#define FLASH_TRY(DT, HDIM, CAUSAL, EVEN_K) \
+  if (matches(params, DType::DT, HDIM, CAUSAL, EVEN_K)) return run_fwd<DType::DT, HDIM, CAUSAL, EVEN_K>(params, stream);
+  FLASH_FWD_INSTANCES(FLASH_TRY)
+#undef FLASH_TRY
+  return cudaErrorNotSupported;
+}
+
+cudaError_t run_bwd_dispatch(BwdParams const& params, cudaStream_t stream) {
+#define FLASH_TRY(DT, HDIM, CAUSAL, EVEN_K) \
+  if (matches(params, DType::DT, HDIM, CAUSAL, EVEN_K)) return run_bwd<DType::DT, HDIM, CAUSAL, EVEN_K>(params, stream);
+  FLASH_BWD_INSTANCES(FLASH_TRY)
+#undef FLASH_TRY
+  return cudaErrorNotSupported;
+}
+
+#define FLASH_BUILT(DT, HDIM, CAUSAL, EVEN_K) \
+  if (dtype == DType::DT && kernel_head_dim == HDIM) return true;
+bool fwd_is_built(DType dtype, int kernel_head_dim) {
+  FLASH_FWD_INSTANCES(FLASH_BUILT)
+  return false;
+}
+bool bwd_is_built(DType dtype, int kernel_head_dim) {
+  FLASH_BWD_INSTANCES(FLASH_BUILT)
+  return false;
+}
+#undef FLASH_BUILT
+
+}  // namespace flash_attn_cute

@@ -1,0 +1,125 @@
+// Torch-side checks and params filling shared by the forward and backward glue.
+#include "glue.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "flash_attn_cute/tile_size.h"
+
+namespace flash_attn_cute {
+namespace {
+
+DType dtype_of(at::Tensor const& t) {
+  TORCH_CHECK(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16,
+              "flash_attn_cute: q, k, v must be float16 or bfloat16, got ", c10::toString(t.scalar_type()));
+  return t.scalar_type() == at::kHalf ? DType::kFloat16 : DType::kBFloat16;
+}
+
+void check_cu_seqlens(std::optional<at::Tensor> const& cu, int64_t batch, at::Tensor const& q, char const* name) {
+  TORCH_CHECK(cu->scalar_type() == at::kInt, "flash_attn_cute: ", name, " must be int32");
+  TORCH_CHECK(cu->dim() == 1 && cu->size(0) == batch + 1, "flash_attn_cute: ", name, " must have shape (batch + 1,)");
+  TORCH_CHECK(cu->is_contiguous() && cu->device() == q.device(), "flash_attn_cute: ", name,
+              " must be contiguous and on q's device");
+}
+
+}  // namespace
+
+Problem check_problem(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at::Tensor const& out,
+                      std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
+                      int64_t max_seqlen_q, int64_t max_seqlen_k) {
+  Problem p;
+  p.varlen = cu_seqlens_q.has_value();
+  TORCH_CHECK(p.varlen == cu_seqlens_k.has_value(),
+              "flash_attn_cute: give both cu_seqlens_q and cu_seqlens_k or neither");
+  const int rank = p.varlen ? 3 : 4;
+  TORCH_CHECK(q.dim() == rank && k.dim() == rank && v.dim() == rank && out.dim() == rank,
+              "flash_attn_cute: q, k, v, out must be ", num(rank), "-D");
+  p.dtype = dtype_of(q);
+  TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type() &&
+                  out.scalar_type() == q.scalar_type(),
+              "flash_attn_cute: q, k, v, out must share one dtype");
+  TORCH_CHECK(q.is_cuda() && k.device() == q.device() && v.device() == q.device() && out.device() == q.device(),
+              "flash_attn_cute: q, k, v, out must be on the same CUDA device");
+  TORCH_CHECK(k.sizes() == v.sizes(), "flash_attn_cute: k and v must have the same shape");
+  TORCH_CHECK(out.sizes() == q.sizes(), "flash_attn_cute: out must have q's shape");
+
+  p.batch = p.varlen ? cu_seqlens_q->size(0) - 1 : q.size(0);
+  p.heads = q.size(-2);
+  p.heads_k = k.size(-2);
+  p.head_dim = q.size(-1);
+  p.total_q = q.size(0);
+  TORCH_CHECK(k.size(-1) == p.head_dim, "flash_attn_cute: q and k must have the same head dim");
+  TORCH_CHECK(p.head_dim % 8 == 0 && p.head_dim > 0 && p.head_dim <= kMaxHeadDim,
+              "flash_attn_cute: head dim must be a multiple of 8 in [8, ", num(kMaxHeadDim), "], got ",
+              num(p.head_dim));
+  TORCH_CHECK(p.heads_k > 0 && p.heads % p.heads_k == 0, "flash_attn_cute: nheads must be a multiple of nheads_k");
+  if (p.varlen) {
+    check_cu_seqlens(cu_seqlens_q, p.batch, q, "cu_seqlens_q");
+    check_cu_seqlens(cu_seqlens_k, p.batch, q, "cu_seqlens_k");
+    TORCH_CHECK(max_seqlen_q >= 0 && max_seqlen_k >= 0, "flash_attn_cute: max_seqlen_q/k must be >= 0");
+    p.seqlen_q = max_seqlen_q;
+    p.seqlen_k = max_seqlen_k;
+  } else {
+    TORCH_CHECK(k.size(0) == p.batch, "flash_attn_cute: q and k must have the same batch size");
+    p.seqlen_q = q.size(1);
+    p.seqlen_k = k.size(1);
+  }
+  TORCH_CHECK(p.batch <= 65535 && p.heads <= 65535, "flash_attn_cute: batch and nheads must be at most 65535");
+  return p;
+}
+
+void check_like(at::Tensor const& t, at::Tensor const& like, char const* name, char const* like_name) {
+  TORCH_CHECK(t.sizes() == like.sizes() && t.scalar_type() == like.scalar_type() && t.device() == like.device(),
+              "flash_attn_cute: ", name, " must have the shape, dtype and device of ", like_name);
+}
+
+TensorView view_of(at::Tensor const& t, bool varlen) {
+  TORCH_CHECK(t.stride(-1) == 1, "flash_attn_cute: tensors must have a contiguous last dimension");
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0,
+              "flash_attn_cute: tensor data must be 16-byte aligned");
+  for (int i = 0; i + 1 < t.dim(); ++i) {
+    TORCH_CHECK(t.stride(i) % 8 == 0 || t.size(i) == 1,
+                "flash_attn_cute: strides must be multiples of 8 elements (16 bytes)");
+  }
+  TensorView view;
+  view.ptr = t.data_ptr();
+  const int o = varlen ? 1 : 0;
+  view.batch_stride = varlen ? 0 : t.stride(0);
+  view.row_stride = t.stride(1 - o);
+  view.head_stride = t.stride(2 - o);
+  return view;
+}
+
+std::vector<int64_t> lse_shape(Problem const& p) {
+  if (p.varlen) return {p.heads, p.total_q};
+  return {p.batch, p.heads, p.seqlen_q};
+}
+
+void fill_params(FwdParams& params, Problem const& p, at::Tensor const& q, at::Tensor const& k,
+                 at::Tensor const& v, at::Tensor const& out, at::Tensor const& lse,
+                 std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
+                 double softmax_scale, bool causal) {
+  params.q = view_of(q, p.varlen);
+  params.k = view_of(k, p.varlen);
+  params.v = view_of(v, p.varlen);
+  params.o = view_of(out, p.varlen);
+  params.softmax_lse_ptr = lse.data_ptr<float>();
+  params.lse_batch_stride = p.varlen ? 0 : p.heads * p.seqlen_q;
+  params.lse_head_stride = p.varlen ? p.total_q : p.seqlen_q;
+  params.batch = int(p.batch);
+  params.heads = int(p.heads);
+  params.heads_k = int(p.heads_k);
+  params.head_dim = int(p.head_dim);
+  params.seqlen_q = int(p.seqlen_q);
+  params.seqlen_k = int(p.seqlen_k);
+  params.cu_seqlens_q = p.varlen ? cu_seqlens_q->data_ptr<int>() : nullptr;
+  params.cu_seqlens_k = p.varlen ? cu_seqlens_k->data_ptr<int>() : nullptr;
+  params.softmax_scale = float(softmax_scale);
+  params.softmax_scale_log2 = float(softmax_scale * M_LOG2E);
+  params.is_causal = causal;
+  params.dtype = p.dtype;
+  cudaDeviceGetAttribute(&params.num_sms, cudaDevAttrMultiProcessorCount, q.get_device());
+}
+
+}  // namespace flash_attn_cute

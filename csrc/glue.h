@@ -1,0 +1,48 @@
+// Torch-side checks and params filling shared by the forward and backward glue. The Python layer
+// checks first, with friendlier messages; these keep a direct torch.ops call from reaching a kernel
+// with bad input.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <string>
+
+#include "flash_attn_cute/params.h"
+
+namespace flash_attn_cute {
+
+// Numbers go into messages through std::to_string, never through an ostream: built with a newer
+// GCC than the libstdc++ torch loads (the GPU image's /opt/gcc), inlined ostream number formatting
+// crashes inside the extension (seen on the H200 machine, 2026-11-29).
+inline std::string num(int64_t x) { return std::to_string(x); }
+
+// The sizes of one attention problem, read off q and k (and cu_seqlens in varlen mode).
+struct Problem {
+  bool varlen;
+  int64_t batch, heads, heads_k, head_dim, seqlen_q, seqlen_k, total_q;
+  DType dtype;
+};
+
+// Checks q, k, v, out (out has q's shape) and the cu_seqlens; seqlen_q / seqlen_k are the max
+// lengths in varlen mode.
+Problem check_problem(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at::Tensor const& out,
+                      std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
+                      int64_t max_seqlen_q, int64_t max_seqlen_k);
+
+// A tensor of q's (or k's) shape and dtype, on q's device, with a layout the kernels take.
+void check_like(at::Tensor const& t, at::Tensor const& like, char const* name, char const* like_name);
+
+// (batch, seqlen, heads, dim), or (total, heads, dim) in varlen mode.
+TensorView view_of(at::Tensor const& t, bool varlen);
+
+// Fills the fields the forward and backward share. lse: (batch, heads, seqlen_q) or (heads, total_q).
+void fill_params(FwdParams& params, Problem const& p, at::Tensor const& q, at::Tensor const& k,
+                 at::Tensor const& v, at::Tensor const& out, at::Tensor const& lse,
+                 std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
+                 double softmax_scale, bool causal);
+
+// softmax_lse's shape for a problem.
+std::vector<int64_t> lse_shape(Problem const& p);
+
+}  // namespace flash_attn_cute

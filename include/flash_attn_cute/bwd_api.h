@@ -1,0 +1,25 @@
+// What the torch glue (or any C++ caller) sees of the backward. No CuTe, no torch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "params.h"
+#include "tile_size.h"
+
+namespace flash_attn_cute {
+
+// Defined in the generated instantiation files (csrc/generated/), one per combination.
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK>
+cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream);
+
+// Runs the backward on params.dtype / params.head_dim / params.is_causal. Returns
+// cudaErrorNotSupported when that combination was left out of this build.
+cudaError_t run_bwd_dispatch(BwdParams const& params, cudaStream_t stream);
+
+// Whether this build holds a backward kernel for the dtype and (kernel) head dim.
+bool bwd_is_built(DType dtype, int kernel_head_dim);
+
+// Query rows per dQ semaphore (the backward's block_m) for a kernel head dim.
+constexpr int bwd_block_m(int kernel_head_dim) { return bwd_tile_shape(kernel_head_dim).block_m; }
+
+}  // namespace flash_attn_cute

@@ -1,0 +1,257 @@
+// The FA2 backward kernel: one CTA per (key block, batch, KV head). K and V stay in shared memory,
+// dK and dV in registers, while the CTA walks every query head of its KV head's group and, for
+// each, the query row blocks that see its keys. Per row block (bwd_step):
+//   S = Q K^T, P = exp2(S * scale * log2(e) - LSE * log2(e))   (recomputed from the forward's LSE)
+//   dP = dO V^T, dS = P * (dP - D)                              (D = rowsum(dO * O), preprocessed)
+//   dV += P^T dO, dK += dS^T Q,  dQaccum += dS K                (fp32 atomics)
+// Q and dO are double-buffered: the next row block loads during this one. The causal diagonal and
+// a key block past seqlen_k run the masked step; the rest run mask-free, with the same body.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "block_info.h"
+#include "bwd_epilogue.h"
+#include "bwd_kernel_traits.h"
+#include "mask.h"
+#include "params.h"
+#include "softmax.h"
+#include "utils.h"
+
+namespace flash_attn_cute {
+
+using namespace cute;
+
+// The same partitioned tile, one double-buffer slot further on in shared memory.
+template <class TensorT>
+__device__ __forceinline__ auto in_slot(TensorT const& t, int slot, int slot_elems) {
+  return make_tensor(t.data() + slot * slot_elems, t.layout());
+}
+
+template <class Traits, bool Is_causal, bool Is_even_K>
+__device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* smem, int n_block, int bidb,
+                                              int bidh_kv) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kSlot = Traits::kSmemQElems;
+  const int tidx = threadIdx.x;
+
+  const BlockInfo binfo(params, bidb);
+  if (n_block * kBlockN >= binfo.seqlen_k) return;
+  const MBlockRange range =
+      bwd_m_block_range(n_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, Is_causal);
+  const int group = params.heads / params.heads_k;
+  const index_t n_start = index_t(n_block) * kBlockN;
+  const int keys_left = binfo.seqlen_k - int(n_start);
+  const int m_blocks_total = ceil_div(params.seqlen_q, kBlockM);
+
+  auto tile_nk = Shape<Int<kBlockN>, Int<kHeadDim>>{};
+  auto tile_mk = Shape<Int<kBlockM>, Int<kHeadDim>>{};
+  auto k_side_tile = [&](TensorView const& t) {  // (kBlockN, kHeadDim) of this CTA's KV head
+    Element* ptr = static_cast<Element*>(t.ptr) + binfo.k_offset(t, bidb, bidh_kv) + n_start * t.row_stride;
+    return make_tensor(make_gmem_ptr(ptr), tile_nk, make_stride(t.row_stride, _1{}));
+  };
+  auto q_side_tile = [&](TensorView const& t, int bidh, int m_block) {  // (kBlockM, kHeadDim)
+    Element* ptr = static_cast<Element*>(t.ptr) + binfo.q_offset(t, bidb, bidh) +
+                   index_t(m_block) * kBlockM * t.row_stride;
+    return make_tensor(make_gmem_ptr(ptr), tile_mk, make_stride(t.row_stride, _1{}));
+  };
+
+  // Shared memory: Q x 2, dO x 2, K, V, P, dS, and the transposed views the GEMMs read.
+  Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), typename Traits::SmemLayoutQ{});
+  Tensor sdO = make_tensor(sQ.data() + 2 * kSlot, typename Traits::SmemLayoutQ{});              // (kBlockM, kHeadDim)
+  Tensor sK = make_tensor(sdO.data() + 2 * kSlot, typename Traits::SmemLayoutKV{});             // (kBlockN, kHeadDim)
+  Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});               // (kBlockN, kHeadDim)
+  Tensor sP = make_tensor(sV.data() + size(sV), typename Traits::SmemLayoutPdS{});              // (kBlockM, kBlockN)
+  Tensor sdS = make_tensor(sP.data() + size(sP), typename Traits::SmemLayoutPdS{});             // (kBlockM, kBlockN)
+  Tensor sQt = make_tensor(sQ.data(), typename Traits::SmemLayoutQt{});                         // (kHeadDim, kBlockM)
+  Tensor sdOt = make_tensor(sdO.data(), typename Traits::SmemLayoutQt{});                       // (kHeadDim, kBlockM)
+  Tensor sKt = make_tensor(sK.data(), typename Traits::SmemLayoutKt{});                         // (kHeadDim, kBlockN)
+  Tensor sPt = make_tensor(sP.data(), typename Traits::SmemLayoutPdSt{});                       // (kBlockN, kBlockM)
+  Tensor sdSt = make_tensor(sdS.data(), typename Traits::SmemLayoutPdSt{});                     // (kBlockN, kBlockM)
+  Tensor sQtNoSwizzle = make_tensor(sQ.data().get(), typename Traits::SmemLayoutQtNoSwizzle{});
+  Tensor sKtNoSwizzle = make_tensor(sK.data().get(), typename Traits::SmemLayoutKtNoSwizzle{});
+  Tensor sPdStNoSwizzle = make_tensor(sP.data().get(), typename Traits::SmemLayoutPdStNoSwizzle{});
+
+  // Global -> shared.
+  typename Traits::GmemTiledCopy gmem_tiled_copy;
+  auto gmem_thr_copy = gmem_tiled_copy.get_thread_slice(tidx);
+  Tensor tQsQ = gmem_thr_copy.partition_D(sQ);     // (CPY, CPY_M, CPY_K)
+  Tensor tdOsdO = gmem_thr_copy.partition_D(sdO);  // (CPY, CPY_M, CPY_K)
+  Tensor tQcQ = gmem_thr_copy.partition_S(make_identity_tensor(tile_mk));    // (CPY, CPY_M, CPY_K) -> (m, k)
+  Tensor tKVcKV = gmem_thr_copy.partition_S(make_identity_tensor(tile_nk));  // (CPY, CPY_N, CPY_K) -> (n, k)
+  // Rows past seqlen_q (and columns past head_dim) load as zeros: P and dS are 0 there. Only the
+  // last row block can end past seqlen_q: the others skip the row checks.
+  auto load_q_side = [&](int bidh, int m_block, int slot) {
+    const int rows_left = binfo.seqlen_q - m_block * kBlockM;
+    auto load = [&](auto check_rows) {
+      constexpr bool kCheckRows = decltype(check_rows)::value;
+      copy_or_zero<kCheckRows, !Is_even_K>(gmem_tiled_copy,
+                                           gmem_thr_copy.partition_S(q_side_tile(params.q, bidh, m_block)),
+                                           in_slot(tQsQ, slot, kSlot), tQcQ, rows_left, params.head_dim);
+      copy_or_zero<kCheckRows, !Is_even_K>(gmem_tiled_copy,
+                                           gmem_thr_copy.partition_S(q_side_tile(params.dout, bidh, m_block)),
+                                           in_slot(tdOsdO, slot, kSlot), tQcQ, rows_left, params.head_dim);
+    };
+    if (rows_left >= kBlockM) {
+      load(cute::false_type{});
+    } else {
+      load(cute::true_type{});
+    }
+    cp_async_fence();
+  };
+
+  // S = Q K^T and dP = dO V^T.
+  typename Traits::TiledMmaSdP mma_sdp;
+  auto thr_sdp = mma_sdp.get_thread_slice(tidx);
+  Tensor tSrQ = thr_sdp.partition_fragment_A(sQ);     // (MMA, MMA_M, MMA_K)
+  Tensor tSrK = thr_sdp.partition_fragment_B(sK);     // (MMA, MMA_N, MMA_K)
+  Tensor tdPrdO = thr_sdp.partition_fragment_A(sdO);  // (MMA, MMA_M, MMA_K)
+  Tensor tdPrV = thr_sdp.partition_fragment_B(sV);    // (MMA, MMA_N, MMA_K)
+  auto copy_sdp_A = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, mma_sdp);
+  auto copy_sdp_B = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, mma_sdp);
+  Tensor tSsQ = copy_sdp_A.get_thread_slice(tidx).partition_S(sQ);     // (CPY, CPY_M, CPY_K)
+  Tensor tdPsdO = copy_sdp_A.get_thread_slice(tidx).partition_S(sdO);  // (CPY, CPY_M, CPY_K)
+  Tensor tSsK = copy_sdp_B.get_thread_slice(tidx).partition_S(sK);     // (CPY, CPY_N, CPY_K)
+  Tensor tdPsV = copy_sdp_B.get_thread_slice(tidx).partition_S(sV);    // (CPY, CPY_N, CPY_K)
+  Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (MMA, MMA_M, MMA_N)
+  Tensor tScS_rc = make_tensor(tScS.data(), acc_layout_rowcol(tScS.layout()));                  // (rows, cols)
+  auto copy_pds = make_tiled_copy_C(typename Traits::SmemCopyAtomPdS{}, mma_sdp);
+  Tensor tPsP = copy_pds.get_thread_slice(tidx).partition_D(sP);     // (CPY, CPY_M, CPY_N)
+  Tensor tdSsdS = copy_pds.get_thread_slice(tidx).partition_D(sdS);  // (CPY, CPY_M, CPY_N)
+
+  // dV += P^T dO and dK += dS^T Q: both operands read transposed.
+  typename Traits::TiledMmadKV mma_dkv;
+  auto thr_dkv = mma_dkv.get_thread_slice(tidx);
+  Tensor tdVrPt = thr_dkv.partition_fragment_A(sPdStNoSwizzle);   // (MMA, MMA_N, MMA_M)
+  Tensor tdVrdOt = thr_dkv.partition_fragment_B(sQtNoSwizzle);    // (MMA, MMA_K, MMA_M)
+  Tensor tdKrdSt = thr_dkv.partition_fragment_A(sPdStNoSwizzle);  // (MMA, MMA_N, MMA_M)
+  Tensor tdKrQt = thr_dkv.partition_fragment_B(sQtNoSwizzle);     // (MMA, MMA_K, MMA_M)
+  auto copy_dkv_A = make_tiled_copy_A(typename Traits::SmemCopyAtomTransposed{}, mma_dkv);
+  auto copy_dkv_B = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, mma_dkv);
+  Tensor tdVsPt = copy_dkv_A.get_thread_slice(tidx).partition_S(sPt);    // (CPY, CPY_N, CPY_M)
+  Tensor tdKsdSt = copy_dkv_A.get_thread_slice(tidx).partition_S(sdSt);  // (CPY, CPY_N, CPY_M)
+  Tensor tdVsdOt = copy_dkv_B.get_thread_slice(tidx).partition_S(sdOt);  // (CPY, CPY_K, CPY_M)
+  Tensor tdKsQt = copy_dkv_B.get_thread_slice(tidx).partition_S(sQt);    // (CPY, CPY_K, CPY_M)
+  Tensor acc_dk = partition_fragment_C(mma_dkv, tile_nk);  // (MMA, MMA_N, MMA_K)
+  Tensor acc_dv = partition_fragment_C(mma_dkv, tile_nk);  // (MMA, MMA_N, MMA_K)
+  clear(acc_dk);
+  clear(acc_dv);
+
+  // dQ = dS K.
+  typename Traits::TiledMmadQ mma_dq;
+  auto thr_dq = mma_dq.get_thread_slice(tidx);
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);        // (MMA, MMA_M, MMA_N)
+  Tensor tdQrKt = thr_dq.partition_fragment_B(sKtNoSwizzle);  // (MMA, MMA_K, MMA_N)
+  auto copy_dq_A = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, mma_dq);
+  auto copy_dq_B = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, mma_dq);
+  Tensor tdQsdS = copy_dq_A.get_thread_slice(tidx).partition_S(sdS);  // (CPY, CPY_M, CPY_N)
+  Tensor tdQsKt = copy_dq_B.get_thread_slice(tidx).partition_S(sKt);  // (CPY, CPY_K, CPY_N)
+  Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(tile_mk));   // (MMA, MMA_M, MMA_K) -> (m, k)
+
+  const FwdMask<Is_causal> mask{binfo.seqlen_q, binfo.seqlen_k};
+  constexpr int kRows = decltype(size<0>(tScS_rc))::value;
+
+  // One query row block of query head bidh. On entry its Q and dO are in flight into `slot`;
+  // the next row block (if any) starts loading into the other slot.
+  auto bwd_step = [&](int bidh, int m_block, int slot, auto is_masked, bool has_next, int next_bidh,
+                      int next_m_block) {
+    const int m_start = m_block * kBlockM;
+    const index_t row0 = binfo.lse_offset(params, bidb, bidh) + m_start;
+    // This thread's rows of LSE (in log2 units) and D. Rows past seqlen_q get LSE = +inf: P = 0.
+    Tensor lse_log2 = make_tensor<float>(Shape<Int<kRows>>{});
+    Tensor dsum = make_tensor<float>(Shape<Int<kRows>>{});
+#pragma unroll
+    for (int mi = 0; mi < kRows; ++mi) {
+      const int row = get<0>(tScS_rc(mi, 0));
+      const bool in_seq = m_start + row < binfo.seqlen_q;
+      lse_log2(mi) = in_seq ? params.softmax_lse_ptr[row0 + row] * float(M_LOG2E) : INFINITY;
+      dsum(mi) = in_seq ? params.dsoftmax_sum_ptr[row0 + row] : 0.f;
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // Q, dO of this block have landed; every warp is done with the other slot, P and dS
+    if (has_next) load_q_side(next_bidh, next_m_block, slot ^ 1);
+
+    Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
+    clear(tSrS);
+    gemm_ss(mma_sdp, tSrS, tSrQ, tSrK, in_slot(tSsQ, slot, kSlot), tSsK, copy_sdp_A, copy_sdp_B, tidx);
+    if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScS, m_start, int(n_start));
+    Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
+    probs_from_lse(tSrS_rc, lse_log2, params.softmax_scale_log2);
+    Tensor tdPrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
+    clear(tdPrdP);
+    gemm_ss(mma_sdp, tdPrdP, tdPrdO, tdPrV, in_slot(tdPsdO, slot, kSlot), tdPsV, copy_sdp_A, copy_sdp_B, tidx);
+    Tensor tdPrdP_rc = make_tensor(tdPrdP.data(), acc_layout_rowcol(tdPrdP.layout()));  // (rows, cols)
+    dscores(tdPrdP_rc, tSrS_rc, dsum);
+    Tensor rP = convert_type<Element>(tSrS);
+    Tensor rdS = convert_type<Element>(tdPrdP);
+    copy(copy_pds, copy_pds.get_thread_slice(tidx).retile_S(rP), tPsP);
+    copy(copy_pds, copy_pds.get_thread_slice(tidx).retile_S(rdS), tdSsdS);
+    __syncthreads();  // P and dS are in shared memory
+
+    gemm_ss(mma_dkv, acc_dv, tdVrPt, tdVrdOt, tdVsPt, in_slot(tdVsdOt, slot, kSlot), copy_dkv_A, copy_dkv_B, tidx);
+    Tensor acc_dq = partition_fragment_C(mma_dq, tile_mk);  // (MMA, MMA_M, MMA_K)
+    clear(acc_dq);
+    gemm_ss(mma_dq, acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, copy_dq_A, copy_dq_B, tidx);
+    int* semaphore = params.deterministic
+                         ? params.dq_semaphore + (index_t(bidb) * params.heads + bidh) * m_blocks_total + m_block
+                         : nullptr;
+    float* gdQaccum = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
+                      m_start * params.dq_accum_row_stride;
+    add_dq_tile(acc_dq, tdQcdQ, gdQaccum, int(params.dq_accum_row_stride), semaphore, n_block);
+    gemm_ss(mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, in_slot(tdKsQt, slot, kSlot), copy_dkv_A, copy_dkv_B, tidx);
+  };
+
+  if (range.m_block_max > range.m_block_min) {
+    Tensor tKgK = gmem_thr_copy.partition_S(k_side_tile(params.k));  // (CPY, CPY_N, CPY_K)
+    Tensor tVgV = gmem_thr_copy.partition_S(k_side_tile(params.v));  // (CPY, CPY_N, CPY_K)
+    copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, tKgK, gmem_thr_copy.partition_D(sK), tKVcKV, keys_left,
+                                   params.head_dim);
+    copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, tVgV, gmem_thr_copy.partition_D(sV), tKVcKV, keys_left,
+                                   params.head_dim);
+    // The CTAs of one head would all add into the same dQ rows at the same time: each starts its
+    // walk over the row blocks at a different one (not when deterministic: the dQ order is fixed).
+    const int n_steps = range.m_block_max - range.m_block_min;
+    const int first_step = params.deterministic ? 0 : n_block % n_steps;
+    auto m_block_of = [&](int step) { return range.m_block_min + (first_step + step) % n_steps; };
+    const int bidh_begin = bidh_kv * group;
+    const int bidh_end = bidh_begin + group;
+    load_q_side(bidh_begin, m_block_of(0), 0);
+    int slot = 0;
+    for (int bidh = bidh_begin; bidh < bidh_end; ++bidh) {
+      for (int step = 0; step < n_steps; ++step, slot ^= 1) {
+        const int m_block = m_block_of(step);
+        const bool last_of_head = step + 1 == n_steps;
+        const bool has_next = !last_of_head || bidh + 1 < bidh_end;
+        const int next_bidh = last_of_head ? bidh + 1 : bidh;
+        const int next_m_block = m_block_of(last_of_head ? 0 : step + 1);
+        // The masked row blocks are the first n_masked_steps of the range (the causal diagonal).
+        if (m_block - range.m_block_min < range.n_masked_steps) {
+          bwd_step(bidh, m_block, slot, cute::true_type{}, has_next, next_bidh, next_m_block);
+        } else {
+          bwd_step(bidh, m_block, slot, cute::false_type{}, has_next, next_bidh, next_m_block);
+        }
+      }
+    }
+  }
+  // dK and dV, also when no query row saw these keys (then they are 0).
+  __syncthreads();  // every warp is done reading K and V
+  Tensor gdK = k_side_tile(params.dk);
+  Tensor gdV = k_side_tile(params.dv);
+  write_kv_tile<Traits, Is_even_K>(mma_dkv, acc_dk, params.softmax_scale, sK, gdK, keys_left, params.head_dim, tidx);
+  write_kv_tile<Traits, Is_even_K>(mma_dkv, acc_dv, 1.f, sV, gdV, keys_left, params.head_dim, tidx);
+}
+
+// grid: (key blocks, batch, KV heads), or (KV heads, batch, key blocks) when deterministic, so that
+// the CTAs of key block n - 1, whose dQ tiles come first, are always launched before those of n.
+template <class Traits, bool Is_causal, bool Is_even_K>
+__global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_kernel(__grid_constant__ const BwdParams params) {
+  extern __shared__ __align__(128) char smem[];
+  const int n_block = params.deterministic ? blockIdx.z : blockIdx.x;
+  const int bidh_kv = params.deterministic ? blockIdx.x : blockIdx.z;
+  bwd_col_block<Traits, Is_causal, Is_even_K>(params, smem, n_block, blockIdx.y, bidh_kv);
+}
+
+}  // namespace flash_attn_cute

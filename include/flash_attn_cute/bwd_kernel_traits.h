@@ -1,0 +1,82 @@
+// Compile-time description of one backward kernel: its tiles, the three tiled MMAs (S / dP, dK /
+// dV, dQ), shared-memory layouts with the transposed views the MMAs read, and the copies.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/numeric_types.h>
+
+#include "kernel_traits.h"
+#include "tile_size.h"
+
+namespace flash_attn_cute {
+
+using namespace cute;
+
+template <int kHeadDim_, typename Element_>
+struct BwdKernelTraits {
+  using Element = Element_;
+  using ElementAccum = float;
+
+  static constexpr BwdTileShape kTile = bwd_tile_shape(kHeadDim_);
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kTile.block_m;
+  static constexpr int kBlockN = kTile.block_n;
+  static constexpr int kNWarps = kTile.n_warps;
+  static constexpr int kNThreads = kNWarps * 32;
+  static_assert(kHeadDim % 32 == 0);
+
+  // Each warp covers 16 x 16 of its MMA's output per atom step; warps split the two output modes
+  // as the tile table says.
+  using MmaAtom = typename Sm80MmaAtom<Element>::type;
+  template <int kWarpsM>
+  using WarpTiledMma = TiledMMA<MmaAtom, Layout<Shape<Int<kWarpsM>, Int<kNWarps / kWarpsM>, _1>>,
+                                Tile<Int<16 * kWarpsM>, Int<16 * kNWarps / kWarpsM>, _16>>;
+  using TiledMmaSdP = WarpTiledMma<kTile.atom_m_sdp>;  // (kBlockM, kBlockN) = Q K^T, dO V^T
+  using TiledMmadKV = WarpTiledMma<kTile.atom_n_dkv>;  // (kBlockN, kHeadDim) = P^T dO, dS^T Q
+  using TiledMmadQ = WarpTiledMma<kTile.atom_m_dq>;    // (kBlockM, kHeadDim) = dS K
+
+  // Row-major (rows, cols) tiles cut into 64- (or 32-) column swizzled chunks, as in the forward.
+  template <int kCols>
+  using SwizzledAtom = decltype(composition(
+      Swizzle<kCols % 64 == 0 ? 3 : 2, 3, 3>{},
+      Layout<Shape<_8, Int<kCols % 64 == 0 ? 64 : 32>>, Stride<Int<kCols % 64 == 0 ? 64 : 32>, _1>>{}));
+  // (cols, rows) view of a (rows, cols) layout: the operand of a GEMM that reads the tile transposed.
+  template <class L, int kRows, int kCols>
+  using Transposed = decltype(composition(L{}, make_layout(Shape<Int<kCols>, Int<kRows>>{}, GenRowMajor{})));
+
+  using SmemLayoutQ = decltype(tile_to_shape(SwizzledAtom<kHeadDim>{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using SmemLayoutKV = decltype(tile_to_shape(SwizzledAtom<kHeadDim>{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  using SmemLayoutQt = Transposed<SmemLayoutQ, kBlockM, kHeadDim>;    // (kHeadDim, kBlockM): Q, dO
+  using SmemLayoutKt = Transposed<SmemLayoutKV, kBlockN, kHeadDim>;   // (kHeadDim, kBlockN)
+  using SmemLayoutPdS = decltype(tile_to_shape(SwizzledAtom<kBlockN>{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  using SmemLayoutPdSt = Transposed<SmemLayoutPdS, kBlockM, kBlockN>;  // (kBlockN, kBlockM)
+  // Register fragments of the transposed operands are shaped on the layouts without the swizzle.
+  using SmemLayoutQtNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutQt{}));
+  using SmemLayoutKtNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutKt{}));
+  using SmemLayoutPdStNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutPdSt{}));
+
+  using SmemCopyAtom = Copy_Atom<SM75_U32x4_LDSM_N, Element>;
+  using SmemCopyAtomTransposed = Copy_Atom<SM75_U16x8_LDSM_T, Element>;
+  using SmemCopyAtomPdS = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
+
+  // Shared memory, in this order: Q x 2, dO x 2 (the next row block loads while this one runs),
+  // K, V, P, dS. The dK / dV epilogue reuses K and V.
+  static constexpr int kSmemQElems = cosize_v<SmemLayoutQ>;
+  static constexpr int kSmemKVElems = cosize_v<SmemLayoutKV>;
+  static constexpr int kSmemPdSElems = cosize_v<SmemLayoutPdS>;
+  static constexpr int kSmemBytes = (4 * kSmemQElems + 2 * kSmemKVElems + 2 * kSmemPdSElems) * sizeof(Element);
+  static_assert(kSmemBytes <= 227 * 1024, "backward tiles exceed the shared memory of one SM");
+
+  // Global <-> shared, 16-byte vectors, as in the forward.
+  static constexpr int kGmemElemsPerVector = sizeof(uint128_t) / sizeof(Element);
+  static constexpr int kGmemThreadsPerRow = (kHeadDim % 64 == 0 ? 64 : 32) / kGmemElemsPerVector;
+  using GmemLayoutAtom = Layout<Shape<Int<kNThreads / kGmemThreadsPerRow>, Int<kGmemThreadsPerRow>>,
+                                Stride<Int<kGmemThreadsPerRow>, _1>>;
+  using GmemVectorLayout = Layout<Shape<_1, Int<kGmemElemsPerVector>>>;
+  using GmemTiledCopy = decltype(make_tiled_copy(
+      Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<uint128_t>, Element>{}, GmemLayoutAtom{}, GmemVectorLayout{}));
+  using GmemTiledCopyOut = decltype(make_tiled_copy(
+      Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>{}, GmemLayoutAtom{}, GmemVectorLayout{}));
+};
+
+}  // namespace flash_attn_cute

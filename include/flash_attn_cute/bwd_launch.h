@@ -1,0 +1,37 @@
+// Launches the backward for one (element type, head dim, causal, even-K) instantiation: D =
+// rowsum(dO * O), the main kernel, then the fp32 dQ accumulator -> dQ. The caller zeroes
+// params.dq_accum_ptr (and params.dq_semaphore when deterministic) on the same stream first.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "bwd_api.h"
+#include "bwd_kernel.h"
+#include "bwd_kernel_traits.h"
+#include "bwd_preprocess.h"
+#include "fwd_launch.h"
+
+namespace flash_attn_cute {
+
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK>
+cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream) {
+  using Element = typename ElementOf<kDType>::type;
+  using Traits = BwdKernelTraits<kHeadDim, Element>;
+  cudaError_t err = run_bwd_row_kernel<Element>(bwd_dot_do_o_kernel<Element>, params, stream);
+  if (err != cudaSuccess) return err;
+
+  auto kernel = flash_bwd_kernel<Traits, kIsCausal, kIsEvenK>;
+  constexpr int kSmemBytes = Traits::kSmemBytes;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const int n_blocks = ceil_div(params.seqlen_k, Traits::kBlockN);
+  const dim3 grid = params.deterministic ? dim3(params.heads_k, params.batch, n_blocks)
+                                         : dim3(n_blocks, params.batch, params.heads_k);
+  kernel<<<grid, Traits::kNThreads, kSmemBytes, stream>>>(params);
+  err = cudaPeekAtLastError();
+  if (err != cudaSuccess) return err;
+
+  return run_bwd_row_kernel<Element>(bwd_convert_dq_kernel<Element>, params, stream);
+}
+
+}  // namespace flash_attn_cute

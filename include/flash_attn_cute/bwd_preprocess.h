@@ -1,0 +1,93 @@
+// The two small kernels around the backward mainloop: D = rowsum(dO * O) before it, and the fp32
+// dQ accumulator -> dQ (scaled, in the input dtype) after it. Both are memory-bound row walks: a
+// group of kThreadsPerRow threads owns one (row, head) and moves 16-byte vectors of it.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <cutlass/numeric_conversion.h>
+#include <cutlass/numeric_types.h>
+
+#include "block_info.h"
+#include "params.h"
+
+namespace flash_attn_cute {
+
+struct RowWalk {
+  static constexpr int kThreads = 128;
+  static constexpr int kThreadsPerRow = 8;
+  static constexpr int kRowsPerCta = kThreads / kThreadsPerRow;
+  static constexpr int kElemsPerVector = 8;  // 16 bytes of fp16 / bf16
+
+  int row;   // this thread's row in the sequence
+  int lane;  // this thread's place in its row group: it takes vectors lane, lane + 8, ...
+
+  __device__ RowWalk() : row(blockIdx.x * kRowsPerCta + threadIdx.x / kThreadsPerRow),
+                         lane(threadIdx.x % kThreadsPerRow) {}
+};
+
+using Vector16 = cutlass::Array<float, RowWalk::kElemsPerVector>;
+
+template <class Element>
+__device__ __forceinline__ Vector16 load_as_float(Element const* ptr) {
+  using In = cutlass::Array<Element, RowWalk::kElemsPerVector>;
+  return cutlass::NumericArrayConverter<float, Element, RowWalk::kElemsPerVector>{}(*reinterpret_cast<In const*>(ptr));
+}
+
+// grid (ceil_div(seqlen_q, kRowsPerCta), batch, heads)
+template <class Element>
+__global__ void __launch_bounds__(RowWalk::kThreads) bwd_dot_do_o_kernel(__grid_constant__ const BwdParams params) {
+  const RowWalk walk;
+  const int bidb = blockIdx.y, bidh = blockIdx.z;
+  const BlockInfo binfo(params, bidb);
+  if (walk.row >= binfo.seqlen_q) return;  // whole row groups leave together: the shuffles stay full
+  auto row_ptr = [&](TensorView const& t) {
+    return static_cast<Element const*>(t.ptr) + binfo.q_offset(t, bidb, bidh) + index_t(walk.row) * t.row_stride;
+  };
+  Element const* o_row = row_ptr(params.o);
+  Element const* do_row = row_ptr(params.dout);
+  float dot = 0.f;
+  for (int col = walk.lane * RowWalk::kElemsPerVector; col < params.head_dim;
+       col += RowWalk::kThreadsPerRow * RowWalk::kElemsPerVector) {
+    const Vector16 o = load_as_float(o_row + col);
+    const Vector16 dout = load_as_float(do_row + col);
+#pragma unroll
+    for (int i = 0; i < RowWalk::kElemsPerVector; ++i) dot += o[i] * dout[i];
+  }
+  const unsigned group_mask = 0xffu << (threadIdx.x % 32 / RowWalk::kThreadsPerRow * RowWalk::kThreadsPerRow);
+#pragma unroll
+  for (int offset = RowWalk::kThreadsPerRow / 2; offset > 0; offset /= 2) {
+    dot += __shfl_xor_sync(group_mask, dot, offset);
+  }
+  if (walk.lane == 0) params.dsoftmax_sum_ptr[binfo.lse_offset(params, bidb, bidh) + walk.row] = dot;
+}
+
+// grid (ceil_div(seqlen_q, kRowsPerCta), batch, heads): dQ = softmax_scale * dq_accum.
+template <class Element>
+__global__ void __launch_bounds__(RowWalk::kThreads) bwd_convert_dq_kernel(__grid_constant__ const BwdParams params) {
+  const RowWalk walk;
+  const int bidb = blockIdx.y, bidh = blockIdx.z;
+  const BlockInfo binfo(params, bidb);
+  if (walk.row >= binfo.seqlen_q) return;
+  float const* accum_row =
+      params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) + walk.row * params.dq_accum_row_stride;
+  Element* dq_row = static_cast<Element*>(params.dq.ptr) + binfo.q_offset(params.dq, bidb, bidh) +
+                    index_t(walk.row) * params.dq.row_stride;
+  using Out = cutlass::Array<Element, RowWalk::kElemsPerVector>;
+  for (int col = walk.lane * RowWalk::kElemsPerVector; col < params.head_dim;
+       col += RowWalk::kThreadsPerRow * RowWalk::kElemsPerVector) {
+    Vector16 acc = *reinterpret_cast<Vector16 const*>(accum_row + col);
+#pragma unroll
+    for (int i = 0; i < RowWalk::kElemsPerVector; ++i) acc[i] *= params.softmax_scale;
+    *reinterpret_cast<Out*>(dq_row + col) =
+        cutlass::NumericArrayConverter<Element, float, RowWalk::kElemsPerVector>{}(acc);
+  }
+}
+
+template <class Element>
+cudaError_t run_bwd_row_kernel(void (*kernel)(BwdParams), BwdParams const& params, cudaStream_t stream) {
+  const dim3 grid(ceil_div(params.seqlen_q, RowWalk::kRowsPerCta), params.batch, params.heads);
+  kernel<<<grid, RowWalk::kThreads, 0, stream>>>(params);
+  return cudaPeekAtLastError();
+}
+
+}  // namespace flash_attn_cute
