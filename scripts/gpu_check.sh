@@ -2,8 +2,10 @@
 # One call on the GPU machine: install the CuTe headers, build, run the GPU tests and the benchmark.
 # Logs go under $OUT (the device tool brings that folder back).
 #   usage: bash scripts/gpu_check.sh [pytest args...]
-#   env:   FLASH_ATTN_CUTE_{HDIMS,DTYPES,ARCHS} (default arch 90), BENCH_ARGS, SKIP_BENCH=1, SKIP_TESTS=1,
+#   env:   FLASH_ATTN_CUTE_{HDIMS,DTYPES,ARCHS,PASSES} (default arch 90), BENCH_ARGS, SKIP_BENCH=1,
+#          SKIP_TESTS=1, SKIP_BUILD=1 (reuse the installed build), EXAMPLE=1 (run examples/train_gpt.py),
 #          DEV_BUILD_TIMING=1 (also time a one-head-dim, one-dtype build from scratch)
+#   Kernel objects in .prebuilt/ (scripts/prebuild_kernels.py, carried along) are linked, not compiled.
 set -uo pipefail
 OUT=${OUT:-/tmp/flash_attn_cute_out}
 mkdir -p "$OUT"
@@ -18,13 +20,16 @@ export FLASH_ATTN_CUTE_PTXAS_VERBOSE=${FLASH_ATTN_CUTE_PTXAS_VERBOSE:-1}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 
 # The README's install command (builds the kernels with ninja, MAX_JOBS in parallel).
-start=$(date +%s)
-python3 -m pip install -v --no-build-isolation --no-deps . > "$OUT/build.log" 2>&1
-status=$?
-echo "build: exit $status in $(( $(date +%s) - start )) s (archs $FLASH_ATTN_CUTE_ARCHS, ${MAX_JOBS} jobs)" | tee -a "$OUT/build.log"
-grep -E " error|bytes spill" "$OUT/build.log" | sort | uniq -c | sort -rn | head -20
-[ $status -eq 0 ] || exit $status
-so=$(cd /tmp && python3 -c "import flash_attn_cute._C as c; print(c.__file__)") && gzip -c "$so" > "$OUT/$(basename "$so").gz"
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  [ -d .prebuilt ] && export FLASH_ATTN_CUTE_PREBUILT=$PWD/.prebuilt
+  start=$(date +%s)
+  python3 -m pip install -v --no-build-isolation --no-deps . > "$OUT/build.log" 2>&1
+  status=$?
+  echo "build: exit $status in $(( $(date +%s) - start )) s (archs $FLASH_ATTN_CUTE_ARCHS, ${MAX_JOBS} jobs)" | tee -a "$OUT/build.log"
+  grep -E "prebuilt kernel objects| error|bytes spill" "$OUT/build.log" | sort | uniq -c | sort -rn | head -20
+  [ $status -eq 0 ] || exit $status
+  so=$(cd /tmp && python3 -c "import flash_attn_cute._C as c; print(c.__file__)") && gzip -c "$so" > "$OUT/$(basename "$so").gz"
+fi
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   # The README's test command. Plain `pytest`, not `python -m pytest`: the latter would put the
@@ -34,6 +39,9 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   python3 benchmarks/bench_attention.py --out "$OUT/bench" ${BENCH_ARGS:-} 2>"$OUT/bench.err" | tail -60
+fi
+if [ "${EXAMPLE:-0}" = 1 ]; then
+  python3 examples/train_gpt.py --out "$OUT/train_gpt" 2>&1 | tee "$OUT/train_gpt.log" | tail -16
 fi
 if [ "${DEV_BUILD_TIMING:-0}" = 1 ]; then
   rm -rf /tmp/devbuild && start=$(date +%s)

@@ -286,3 +286,48 @@ def test_max_seqlen_below_longest_sequence_rejected():
 @pytest.mark.parametrize("tensors, cu_k", [(vqkv(), CU), (qkv(), None)], ids=["3d_cu_k_only", "4d_no_cu"])
 def test_varlen_without_cu_seqlens_q(tensors, cu_k):
     raises(r"cu_seqlens_q", lambda: fac.flash_attn_varlen_func(*tensors, None, cu_k, 7, 7))
+
+
+# --- the low-level backward ---
+def bwd_args(d=D, h=H, hk=H, dtype=F16):
+    q, k, v = qkv(h=h, hk=hk, d=d, dtype=dtype)
+    return dict(dout=t(B, S, h, d, dtype=dtype), q=q, k=k, v=v, out=t(B, S, h, d, dtype=dtype),
+                softmax_lse=t(B, h, S, dtype=F32))
+
+
+def call_bwd(**changes):
+    args = bwd_args()
+    args.update(changes)
+    return lambda: fac.bwd(**args)
+
+
+@pytest.mark.parametrize("changes, msg", [
+    (dict(dout=t(B, S, H, 32)), r"dout must match q: shape \(2, 8, 4, 64\) dtype torch.float16, got \(2, 8, 4, 32\)"),
+    (dict(dout=t(B, S, H, D, dtype=BF16)), r"dout must match q: .* torch.bfloat16"),
+    (dict(out=t(B, S + 1, H, D)), r"out must match q"),
+    (dict(softmax_lse=t(B, H, S)), r"softmax_lse must be the forward's contiguous float32 tensor of shape "
+                                   r"\(2, 4, 8\), got \(2, 4, 8\) torch.float16"),
+    (dict(softmax_lse=t(B, S, H, dtype=F32)), r"softmax_lse .* shape \(2, 4, 8\), got \(2, 8, 4\)"),
+    (dict(softmax_lse=t(B, H, 2 * S, dtype=F32)[..., ::2]), r"softmax_lse .* \(not contiguous\)"),
+    (dict(dq=t(B, S, H, D, dtype=BF16)), r"dq must match q"),
+    (dict(dk=t(B, S, 2, D)), r"dk must match k: shape \(2, 8, 4, 64\)"),
+    (dict(dv="dv"), r"dv must be a torch.Tensor, got str"),
+    (dict(dout=t(B, S, H, 2 * D)[..., ::2]), r"dout must have a contiguous last dimension"),
+    (dict(q=t(B, S, H, D, dtype=F32)), r"q has dtype torch.float32"),
+    (dict(dout=t(B, S, H, 60), q=t(B, S, H, 60), k=t(B, S, H, 60), v=t(B, S, H, 60), out=t(B, S, H, 60)),
+     r"bwd needs a head dim that is a multiple of 8, got 60"),
+], ids=["dout_shape", "dout_dtype", "out_shape", "lse_dtype", "lse_shape", "lse_strided", "dq_dtype", "dk_shape",
+        "dv_str", "dout_strided", "q_fp32", "hdim60"])
+def test_bwd_bad_input(changes, msg):
+    raises(msg, call_bwd(**changes))
+
+
+def test_bwd_valid_inputs_reach_device_check():
+    raises(DEVICE_MSG, call_bwd())
+    raises(DEVICE_MSG, call_bwd(dq=t(B, S, H, D), dk=t(B, S, H, D), dv=t(B, S, H, D), deterministic=True))
+    q, k, v = vqkv(h=6, hk=2)
+    raises(DEVICE_MSG, lambda: fac.bwd(t(T, 6, D), q, k, v, t(T, 6, D), t(6, T, dtype=F32), cu_seqlens_q=CU,
+                                       cu_seqlens_k=CU, max_seqlen_q=7, max_seqlen_k=7, causal=True))
+    raises(r"softmax_lse .* shape \(6, 10\)", lambda: fac.bwd(t(T, 6, D), q, k, v, t(T, 6, D), t(1, 6, T, dtype=F32),
+                                                             cu_seqlens_q=CU, cu_seqlens_k=CU, max_seqlen_q=7,
+                                                             max_seqlen_k=7))

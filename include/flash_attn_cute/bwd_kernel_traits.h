@@ -67,16 +67,8 @@ struct BwdKernelTraits {
   static constexpr int kSmemBytes = (4 * kSmemQElems + 2 * kSmemKVElems + 2 * kSmemPdSElems) * sizeof(Element);
   static_assert(kSmemBytes <= 227 * 1024, "backward tiles exceed the shared memory of one SM");
 
-  // Global <-> shared, 16-byte vectors, as in the forward.
-  static constexpr int kGmemElemsPerVector = sizeof(uint128_t) / sizeof(Element);
-  static constexpr int kGmemThreadsPerRow = (kHeadDim % 64 == 0 ? 64 : 32) / kGmemElemsPerVector;
-  using GmemLayoutAtom = Layout<Shape<Int<kNThreads / kGmemThreadsPerRow>, Int<kGmemThreadsPerRow>>,
-                                Stride<Int<kGmemThreadsPerRow>, _1>>;
-  using GmemVectorLayout = Layout<Shape<_1, Int<kGmemElemsPerVector>>>;
-  using GmemTiledCopy = decltype(make_tiled_copy(
-      Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<uint128_t>, Element>{}, GmemLayoutAtom{}, GmemVectorLayout{}));
-  using GmemTiledCopyOut = decltype(make_tiled_copy(
-      Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>{}, GmemLayoutAtom{}, GmemVectorLayout{}));
+  using GmemTiledCopy = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyAsync;
+  using GmemTiledCopyOut = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyStore;
 };
 
 }  // namespace flash_attn_cute

@@ -22,6 +22,22 @@ struct Sm80MmaAtom<cutlass::bfloat16_t> {
   using type = MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>;
 };
 
+// Global <-> shared copies of (rows, kHeadDim) tiles: each thread moves 16-byte vectors; a row of a
+// 64- (or 32-) column chunk is covered by kThreadsPerRow threads, the CTA covers
+// kNThreads / kThreadsPerRow rows per pass.
+template <typename Element, int kNThreads, int kHeadDim>
+struct GmemCopies {
+  static constexpr int kElemsPerVector = sizeof(uint128_t) / sizeof(Element);
+  static constexpr int kThreadsPerRow = (kHeadDim % 64 == 0 ? 64 : 32) / kElemsPerVector;
+  static_assert(kNThreads % kThreadsPerRow == 0);
+  using ThreadLayout = Layout<Shape<Int<kNThreads / kThreadsPerRow>, Int<kThreadsPerRow>>, Stride<Int<kThreadsPerRow>, _1>>;
+  using VectorLayout = Layout<Shape<_1, Int<kElemsPerVector>>>;
+  using TiledCopyAsync = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<uint128_t>, Element>{},
+                                                  ThreadLayout{}, VectorLayout{}));
+  using TiledCopyStore = decltype(make_tiled_copy(Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>{},
+                                                  ThreadLayout{}, VectorLayout{}));
+};
+
 template <int kHeadDim_, bool kIsCausal, typename Element_>
 struct FwdKernelTraits {
   using Element = Element_;
@@ -63,18 +79,8 @@ struct FwdKernelTraits {
   static constexpr int kSmemKVBytes = cosize_v<SmemLayoutKV> * sizeof(Element);
   static constexpr int kSmemBytes = kSmemQBytes + 2 * kSmemKVBytes;
 
-  // Global <-> shared: each thread moves 16-byte vectors; a row of a kBlockKSmem chunk is covered by
-  // kGmemThreadsPerRow threads, the CTA covers kNThreads / kGmemThreadsPerRow rows per pass.
-  static constexpr int kGmemElemsPerVector = sizeof(uint128_t) / sizeof(Element);
-  static constexpr int kGmemThreadsPerRow = kBlockKSmem / kGmemElemsPerVector;
-  static_assert(kNThreads % kGmemThreadsPerRow == 0);
-  using GmemLayoutAtom = Layout<Shape<Int<kNThreads / kGmemThreadsPerRow>, Int<kGmemThreadsPerRow>>,
-                                Stride<Int<kGmemThreadsPerRow>, _1>>;
-  using GmemVectorLayout = Layout<Shape<_1, Int<kGmemElemsPerVector>>>;
-  using GmemTiledCopyQKV = decltype(make_tiled_copy(
-      Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<uint128_t>, Element>{}, GmemLayoutAtom{}, GmemVectorLayout{}));
-  using GmemTiledCopyO = decltype(make_tiled_copy(
-      Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>{}, GmemLayoutAtom{}, GmemVectorLayout{}));
+  using GmemTiledCopyQKV = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyAsync;
+  using GmemTiledCopyO = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyStore;
 };
 
 }  // namespace flash_attn_cute

@@ -1,5 +1,5 @@
-// Host-side unit tests of the torch-free headers: the tile table, the key-block range each query
-// block visits, the visibility rule and BlockInfo's offsets. Compiled by nvcc as host code only
+// Host-side unit tests of the torch-free headers: the tile tables, the key-block range each query
+// block visits (and the backward's inverse), the visibility rule and BlockInfo's offsets. Compiled by nvcc as host code only
 // (mask.h pulls in CuTe, which only nvcc parses), no GPU needed.
 //
 //   test_host_units                    run every case
@@ -297,6 +297,140 @@ void test_n_block_range() {
 }
 
 // ----------------------------------------------------------------------------------------------
+// m_block_range: bwd_m_block_range against brute force, and against fwd_n_block_range.
+// The backward masks a (row block, key block) pair iff a real row (< seqlen_q) of it fails to see
+// a key position of it (keys past seqlen_k included: their K rows are zeros, not -inf). Rows past
+// seqlen_q need no mask (their LSE is +inf). The deterministic dQ order needs, for every row
+// block, the key blocks that visit it to be exactly [0, fwd n_block_max).
+
+bool check_m_range(int block_m, int block_n, int sq, int sk, bool causal, int n_block) {
+  const MBlockRange r = bwd_m_block_range(n_block, block_m, block_n, sq, sk, causal);
+  const std::string where = fmt("bwd_m_block_range(n_block=%d, block_m=%d, block_n=%d, seqlen_q=%d, "
+                                "seqlen_k=%d, causal=%d) = {min %d, max %d, masked %d}",
+                                n_block, block_m, block_n, sq, sk, int(causal), r.m_block_min,
+                                r.m_block_max, r.n_masked_steps);
+  const int m_blocks = (sq + block_m - 1) / block_m;
+  for (int mb = 0; mb < m_blocks; ++mb) {
+    bool any_vis = false, any_invis = false;
+    for (int i = mb * block_m; i < std::min((mb + 1) * block_m, sq); ++i) {
+      for (int j = n_block * block_n; j < (n_block + 1) * block_n; ++j) {
+        (ref_visible(i, j, sq, sk, causal) ? any_vis : any_invis) = true;
+      }
+    }
+    const bool in_range = mb >= r.m_block_min && mb < r.m_block_max;
+    const NBlockRange f = fwd_n_block_range(mb, block_m, block_n, sq, sk, causal);
+    const bool fwd_visits = n_block >= f.n_block_min && n_block < f.n_block_max;
+    if (in_range != any_vis || fwd_visits != in_range || f.n_block_min != 0) {
+      CHECK(false, where + fmt(": row block %d: in range %d, holds a visible pair %d, forward visits %d "
+                               "(forward n_block_min %d)", mb, in_range, any_vis, fwd_visits, f.n_block_min));
+      return false;
+    }
+    if (!in_range) continue;
+    const bool masked = mb - r.m_block_min < r.n_masked_steps;
+    if (masked != any_invis) {
+      CHECK(false, where + fmt(": row block %d runs %s but %s an invisible pair", mb,
+                               masked ? "masked" : "unmasked", any_invis ? "holds" : "holds no"));
+      return false;
+    }
+  }
+  return true;
+}
+
+void test_m_block_range() {
+  const int blocks[][2] = {{64, 128}, {128, 128}, {64, 64}, {16, 32}};
+  long n_cases = 0, n_bad = 0;
+  for (const auto& b : blocks) {
+    const int block_m = b[0], block_n = b[1];
+    const std::vector<int> values = seqlen_values(block_m, block_n);
+    for (int causal = 0; causal < 2; ++causal) {
+      for (int sq : values) {
+        for (int sk : values) {
+          for (int n_block = 0; n_block * block_n < sk + block_n; ++n_block) {
+            ++n_cases;
+            if (!check_m_range(block_m, block_n, sq, sk, causal, n_block)) ++n_bad;
+          }
+        }
+      }
+    }
+  }
+  {
+    // Square 256 x 256, causal, 64 x 128 tiles, key block 1 (keys 128..255): row blocks 2, 3 see it;
+    // block 2 (rows 128..191) misses keys 192..255, block 3 misses some too -> both masked.
+    const MBlockRange r = bwd_m_block_range(1, 64, 128, 256, 256, true);
+    CHECK_EQ(r.m_block_min, 2, "causal 256x256 n_block 1: m_block_min");
+    CHECK_EQ(r.m_block_max, 4, "causal 256x256 n_block 1: m_block_max");
+    CHECK_EQ(r.n_masked_steps, 2, "causal 256x256 n_block 1: n_masked_steps");
+  }
+  {
+    // A key block past seqlen_k sees nothing; a ragged last key block runs every step masked.
+    CHECK(bwd_m_block_range(2, 64, 128, 100, 256, false).m_block_max <= 0, "key block past seqlen_k");
+    const MBlockRange r = bwd_m_block_range(1, 64, 128, 200, 130, false);
+    CHECK_EQ(r.m_block_max - r.m_block_min, 4, "ragged key block: every row block");
+    CHECK_EQ(r.n_masked_steps, 4, "ragged key block: all masked");
+  }
+  std::printf("  m_block_range: %ld (key block, sizes) cases, %ld failing\n", n_cases, n_bad);
+  if (n_bad == 0) ++g_passed;
+}
+
+// bwd_tile: the backward's tile table fits the SM (Q and dO double-buffered, K, V, P, dS: 2 bytes an
+// element) and its warp layouts divide the tiles.
+void test_bwd_tile_table() {
+  for (int d : kFwdHeadDims) {
+    const BwdTileShape t = bwd_tile_shape(d);
+    const std::string where = fmt("bwd hdim %d: tile (%d, %d, %d warps)", d, t.block_m, t.block_n, t.n_warps);
+    const long smem = (4L * t.block_m * d + 2L * t.block_n * d + 2L * t.block_m * t.block_n) * 2;
+    CHECK(smem <= 227L * 1024, where + fmt(": %ld bytes of shared memory > 227 KB", smem));
+    CHECK(t.n_warps % t.atom_m_sdp == 0 && t.n_warps % t.atom_n_dkv == 0 && t.n_warps % t.atom_m_dq == 0,
+          where + ": warp layouts do not divide n_warps");
+    CHECK(t.block_m % (16 * t.atom_m_sdp) == 0 && t.block_n % (16 * (t.n_warps / t.atom_m_sdp)) == 0,
+          where + ": S / dP tile not divisible by its warp layout");
+    CHECK(t.block_n % (16 * t.atom_n_dkv) == 0 && d % (16 * (t.n_warps / t.atom_n_dkv)) == 0,
+          where + ": dK / dV tile not divisible by its warp layout");
+    CHECK(t.block_m % (16 * t.atom_m_dq) == 0 && d % (16 * (t.n_warps / t.atom_m_dq)) == 0,
+          where + ": dQ tile not divisible by its warp layout");
+  }
+}
+
+// dq_accum: BlockInfo::dq_accum_offset for the padded accumulator layouts of BwdParams.
+void test_dq_accum_offset() {
+  {
+    // Dense (batch 3, seqlen_q 100 -> 128 rows, heads 4, dim 64): strides 128*4*64, 4*64, 64.
+    BwdParams p;
+    p.seqlen_q = 100;
+    p.dq_accum_batch_stride = 128L * 4 * 64;
+    p.dq_accum_row_stride = 4 * 64;
+    p.dq_accum_head_stride = 64;
+    const BlockInfo bi(p, 2);
+    CHECK_EQ(bi.dq_accum_offset(p, 2, 3), 2L * 32768 + 3 * 64, "dense: dq_accum_offset(b 2, h 3)");
+  }
+  {
+    // Varlen, block_m 64: sequence b starts at row cu_seqlens_q[b] + 64 b; the last row of a
+    // sequence's last row block stays below the next sequence's first row.
+    const int cu_q[] = {0, 1, 65, 65, 200};
+    BwdParams p;
+    p.batch = 4;
+    p.cu_seqlens_q = cu_q;
+    p.cu_seqlens_k = cu_q;
+    p.dq_accum_row_stride = 2 * 128;
+    p.dq_accum_head_stride = 128;
+    p.dq_accum_varlen_pad = 64;
+    for (int b = 0; b < 4; ++b) {
+      const BlockInfo bi(p, b);
+      const index_t row0 = bi.dq_accum_offset(p, b, 0) / p.dq_accum_row_stride;
+      CHECK_EQ(row0, cu_q[b] + 64L * b, fmt("varlen b %d: first row", b));
+      const index_t padded_end = row0 + (bi.seqlen_q + 63) / 64 * 64;
+      if (b + 1 < 4) {
+        const BlockInfo next(p, b + 1);
+        CHECK(padded_end <= next.dq_accum_offset(p, b + 1, 0) / p.dq_accum_row_stride,
+              fmt("varlen b %d: padded rows overlap the next sequence", b));
+      }
+      CHECK(padded_end <= 200 + 4L * 64, fmt("varlen b %d: padded rows past total_q + batch * block_m", b));
+    }
+    CHECK_EQ(BlockInfo(p, 1).dq_accum_offset(p, 1, 1), (1 + 64L) * 256 + 128, "varlen: dq_accum_offset(b 1, h 1)");
+  }
+}
+
+// ----------------------------------------------------------------------------------------------
 // block_info: sequence lengths and element offsets, fixed-length and varlen.
 
 void test_block_info() {
@@ -408,6 +542,9 @@ const Case kCases[] = {
     {"tile_table", test_tile_table},
     {"mask", test_mask},
     {"n_block_range", test_n_block_range},
+    {"m_block_range", test_m_block_range},
+    {"bwd_tile_table", test_bwd_tile_table},
+    {"dq_accum_offset", test_dq_accum_offset},
     {"block_info", test_block_info},
 };
 
