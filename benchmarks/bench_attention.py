@@ -48,6 +48,8 @@ def parse_args(argv=None):
     p.add_argument("--dtypes", type=choice_list(tuple(DTYPES)), default=["bf16"], help="bf16,fp16 (default: bf16)")
     p.add_argument("--modes", type=choice_list(tuple(FLOPS_FACTOR)), default=["fwd"],
                    help="comma list of fwd,bwd,fwd_bwd (default: fwd)")
+    p.add_argument("--group", type=int, default=1,
+                   help="query heads per KV head (GQA; 1 = MHA, nheads = MQA); SDPA runs with enable_gqa")
     p.add_argument("--deterministic", action="store_true",
                    help="run cute with deterministic=True (bitwise reproducible dQ)")
     p.add_argument("--out", metavar="PREFIX", help="write <PREFIX>.md (tables) and <PREFIX>.png (chart)")
@@ -78,7 +80,7 @@ def build_providers(deterministic=False):
     from flash_attn_cute import flash_attn_func
 
     def sdpa(q, k, v, causal):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=k.size(1) != q.size(1))
     def cute(q, k, v, causal):
         return flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
     return {"cute": (cute, contextlib.nullcontext),
@@ -101,10 +103,12 @@ def measure(fn, qkv, dout, mode):
     return bench(lambda: torch.autograd.grad(fn(*qkv), qkv, dout))
 
 
-def run_shape(providers, dtype, shape, modes, notes):
+def run_shape(providers, dtype, shape, modes, notes, group=1):
     """Time every provider and mode on one shape; return ({(mode, name): TFLOP/s or 'n/a'/'n/i'}, maxdiff)."""
     hdim, causal, seqlen, batch, nheads = shape
-    q, k, v, dout = (torch.randn(batch, seqlen, nheads, hdim, device="cuda", dtype=DTYPES[dtype]) for _ in range(4))
+    q, dout = (torch.randn(batch, seqlen, nheads, hdim, device="cuda", dtype=DTYPES[dtype]) for _ in range(2))
+    k, v = (torch.randn(batch, seqlen, max(1, nheads // group), hdim, device="cuda", dtype=DTYPES[dtype])
+            for _ in range(2))
     bshd = (q.requires_grad_(), k.requires_grad_(), v.requires_grad_())
     bhsd = tuple(t.detach().transpose(1, 2).contiguous().requires_grad_() for t in bshd)
     inputs = {"cute": (bshd, dout), "FA2": (bhsd, dout.transpose(1, 2).contiguous())}
@@ -161,7 +165,8 @@ def header_lines(args):
             "FLASH_ATTENTION / CUDNN_ATTENTION",
             "- timing: triton do_bench median (warmup=25, rep=100); fwd under no_grad; bwd = autograd.grad "
             "with fixed dout (2.5x fwd FLOPs); fwd_bwd = 3.5x fwd FLOPs",
-            f"- batch = {TOTAL_TOKENS} // seqlen, nheads = {TOTAL_HDIM} // hdim; n/a = provider failed, "
+            f"- batch = {TOTAL_TOKENS} // seqlen, nheads = {TOTAL_HDIM} // hdim"
+            + (f", {args.group} query heads per KV head" if args.group > 1 else "") + "; n/a = provider failed, "
             f"n/i = NotImplementedError; ! = max |cute - FA2| > {ATOL}", ""]
 
 
@@ -231,7 +236,8 @@ def main(argv=None):
     results, maxdiffs, notes = {}, {}, defaultdict(list)
     for dtype in args.dtypes:
         for shape in grid(args, dtype):
-            results[dtype, shape], maxdiffs[dtype, shape] = run_shape(providers, dtype, shape, args.modes, notes)
+            results[dtype, shape], maxdiffs[dtype, shape] = run_shape(providers, dtype, shape, args.modes, notes,
+                                                                      args.group)
 
     lines = header_lines(args)
     for mode in args.modes:

@@ -11,7 +11,7 @@ import torch
 
 import flash_attn_cute as fac
 from flash_attn_cute.reference import attention_ref, attention_varlen_ref
-from test_fwd import DTYPES, HEAD_DIMS, HEADS, SEQLENS, _assert_close_rule, _randn
+from test_fwd import DTYPES, HEADS, _assert_close_rule, _randn, attention_grid
 
 pytestmark = pytest.mark.cuda
 
@@ -45,11 +45,7 @@ def _grads_of(fn, inputs, dout):
     return torch.autograd.grad(out, leaves, dout)
 
 
-@pytest.mark.parametrize("heads", HEADS, ids=list(HEADS))
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("seqlens", SEQLENS, ids=[f"{a}x{b}" for a, b in SEQLENS])
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@attention_grid
 def test_bwd_matches_reference(dtype, head_dim, seqlens, causal, heads):
     (seqlen_q, seqlen_k), (nheads, nheads_k), batch = seqlens, HEADS[heads], 2
     q = _randn(batch, seqlen_q, nheads, head_dim, dtype=dtype)

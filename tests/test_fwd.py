@@ -45,11 +45,16 @@ def _check(q, k, v, causal, out, lse, scale=None):
     _assert_lse_close(lse, lse_ref)
 
 
-@pytest.mark.parametrize("heads", HEADS, ids=list(HEADS))
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("seqlens", SEQLENS, ids=[f"{a}x{b}" for a, b in SEQLENS])
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def attention_grid(test):
+    """The issue's grid: dtype x head dim x (seqlen_q, seqlen_k) x causal x MHA/GQA/MQA."""
+    for name, values, ids in (("dtype", DTYPES, ["fp16", "bf16"]), ("head_dim", HEAD_DIMS, None),
+                              ("seqlens", SEQLENS, [f"{a}x{b}" for a, b in SEQLENS]),
+                              ("causal", [False, True], ["full", "causal"]), ("heads", HEADS, list(HEADS))):
+        test = pytest.mark.parametrize(name, values, ids=ids)(test)
+    return test
+
+
+@attention_grid
 def test_fwd_matches_reference(dtype, head_dim, seqlens, causal, heads):
     seqlen_q, seqlen_k = seqlens
     nheads, nheads_k = HEADS[heads]

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "flash_attn_cute/block_info.h"
@@ -248,24 +249,34 @@ bool check_range(int block_m, int block_n, int sq, int sk, bool causal, int m_bl
   return true;
 }
 
-void test_n_block_range() {
-  const int blocks[][2] = {{128, 64}, {128, 128}, {64, 64}, {16, 16}};
-  std::vector<unsigned char> any_vis, any_invis;
-  long n_cases = 0, n_bad = 0;
-  for (const auto& b : blocks) {
-    const int block_m = b[0], block_n = b[1];
+// Calls check(block_m, block_n, seqlen_q, seqlen_k, causal) for every tile shape, causal flag and
+// pair of seqlen_values; returns the number of calls that returned false and adds to n_cases.
+template <class Check>
+long count_failures(std::vector<std::pair<int, int>> const& blocks, long& n_cases, Check check) {
+  long n_bad = 0;
+  for (const auto& [block_m, block_n] : blocks) {
     const std::vector<int> values = seqlen_values(block_m, block_n);
     for (int causal = 0; causal < 2; ++causal) {
       for (int sq : values) {
-        for (int sk : values) {
-          for (int m_block = 0; m_block * block_m < sq; ++m_block) {
-            ++n_cases;
-            if (!check_range(block_m, block_n, sq, sk, causal, m_block, any_vis, any_invis)) ++n_bad;
-          }
-        }
+        for (int sk : values) n_bad += check(block_m, block_n, sq, sk, causal == 1, n_cases);
       }
     }
   }
+  return n_bad;
+}
+
+void test_n_block_range() {
+  std::vector<unsigned char> any_vis, any_invis;
+  long n_cases = 0;
+  const long n_bad = count_failures({{128, 64}, {128, 128}, {64, 64}, {16, 16}}, n_cases,
+                                    [&](int block_m, int block_n, int sq, int sk, bool causal, long& cases) {
+                                      long bad = 0;
+                                      for (int m_block = 0; m_block * block_m < sq; ++m_block, ++cases) {
+                                        bad += !check_range(block_m, block_n, sq, sk, causal, m_block, any_vis,
+                                                            any_invis);
+                                      }
+                                      return bad;
+                                    });
   // Hand-checked values (bottom-right aligned causal).
   {
     // Square 256 x 256, 128 x 64 tiles, m_block 1: rows 128..255 see keys up to 255 -> 4 blocks;
@@ -337,22 +348,15 @@ bool check_m_range(int block_m, int block_n, int sq, int sk, bool causal, int n_
 }
 
 void test_m_block_range() {
-  const int blocks[][2] = {{64, 128}, {128, 128}, {64, 64}, {16, 32}};
-  long n_cases = 0, n_bad = 0;
-  for (const auto& b : blocks) {
-    const int block_m = b[0], block_n = b[1];
-    const std::vector<int> values = seqlen_values(block_m, block_n);
-    for (int causal = 0; causal < 2; ++causal) {
-      for (int sq : values) {
-        for (int sk : values) {
-          for (int n_block = 0; n_block * block_n < sk + block_n; ++n_block) {
-            ++n_cases;
-            if (!check_m_range(block_m, block_n, sq, sk, causal, n_block)) ++n_bad;
-          }
-        }
-      }
-    }
-  }
+  long n_cases = 0;
+  const long n_bad = count_failures({{64, 128}, {128, 128}, {64, 64}, {16, 32}}, n_cases,
+                                    [](int block_m, int block_n, int sq, int sk, bool causal, long& cases) {
+                                      long bad = 0;
+                                      for (int n_block = 0; n_block * block_n < sk + block_n; ++n_block, ++cases) {
+                                        bad += !check_m_range(block_m, block_n, sq, sk, causal, n_block);
+                                      }
+                                      return bad;
+                                    });
   {
     // Square 256 x 256, causal, 64 x 128 tiles, key block 1 (keys 128..255): row blocks 2, 3 see it;
     // block 2 (rows 128..191) misses keys 192..255, block 3 misses some too -> both masked.
