@@ -40,8 +40,9 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   const int64_t m_blocks = (p.seqlen_q + block_m - 1) / block_m;
   const int64_t n_blocks = (p.seqlen_k + bwd_tile_shape(kernel_head_dim).block_n - 1) /
                            bwd_tile_shape(kernel_head_dim).block_n;
-  TORCH_CHECK(!deterministic || n_blocks <= 65535, "flash_attn_cute: deterministic backward supports seqlen_k up to ",
-              num(65535 * int64_t(bwd_tile_shape(kernel_head_dim).block_n)));
+  TORCH_CHECK(n_blocks <= 65535 || !(causal || deterministic),  // grid.z (see bwd_grid_key_block_major)
+              "flash_attn_cute: the causal or deterministic backward supports seqlen_k up to ",
+              num(65535 * int64_t(bwd_tile_shape(kernel_head_dim).block_n)), " for this head dim");
 
   // The dQ accumulator (see BwdParams): whole row blocks per sequence, dq's (row, head, dim) order.
   const int64_t accum_rows = p.varlen ? p.total_q + p.batch * block_m : m_blocks * block_m;

@@ -244,13 +244,22 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   write_kv_tile<Traits, Is_even_K>(mma_dkv, acc_dv, 1.f, sV, gdV, keys_left, params.head_dim, tidx);
 }
 
-// grid: (key blocks, batch, KV heads), or (KV heads, batch, key blocks) when deterministic, so that
-// the CTAs of key block n - 1, whose dQ tiles come first, are always launched before those of n.
+// The grid's order. Key-block-major, (KV heads, batch, key blocks): causal key block 0 sees the
+// most row blocks, so the heaviest CTAs of every head start first and the light ones fill the tail
+// (measured on H200, hdim 128 causal: +7 % at 8k tokens, GQA 8:1 +50 %); and when deterministic, the
+// CTAs of key block n - 1, whose dQ tiles come first, launch before those of n. Otherwise
+// (key blocks, batch, KV heads): the CTAs of one head run together and share Q and dO in L2
+// (non-causal: 10 % faster than key-block-major at 2k tokens).
+FLASH_HOST_DEVICE constexpr bool bwd_grid_key_block_major(bool is_causal, bool deterministic) {
+  return is_causal || deterministic;
+}
+
 template <class Traits, bool Is_causal, bool Is_even_K>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_kernel(__grid_constant__ const BwdParams params) {
   extern __shared__ __align__(128) char smem[];
-  const int n_block = params.deterministic ? blockIdx.z : blockIdx.x;
-  const int bidh_kv = params.deterministic ? blockIdx.x : blockIdx.z;
+  const bool key_block_major = bwd_grid_key_block_major(Is_causal, params.deterministic);
+  const int n_block = key_block_major ? blockIdx.z : blockIdx.x;
+  const int bidh_kv = key_block_major ? blockIdx.x : blockIdx.z;
   bwd_col_block<Traits, Is_causal, Is_even_K>(params, smem, n_block, blockIdx.y, bidh_kv);
 }
 

@@ -25,8 +25,9 @@ cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream) {
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (err != cudaSuccess) return err;
   const int n_blocks = ceil_div(params.seqlen_k, Traits::kBlockN);
-  const dim3 grid = params.deterministic ? dim3(params.heads_k, params.batch, n_blocks)
-                                         : dim3(n_blocks, params.batch, params.heads_k);
+  const dim3 grid = bwd_grid_key_block_major(kIsCausal, params.deterministic)
+                        ? dim3(params.heads_k, params.batch, n_blocks)
+                        : dim3(n_blocks, params.batch, params.heads_k);
   kernel<<<grid, Traits::kNThreads, kSmemBytes, stream>>>(params);
   err = cudaPeekAtLastError();
   if (err != cudaSuccess) return err;
