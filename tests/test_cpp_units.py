@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "tests" / "cpp" / "test_host_units.cu"
-CASES = ("tile_table", "mask", "n_block_range", "m_block_range", "bwd_tile_table", "dq_accum_offset", "block_info")
+CASES = ("tile_table", "mask", "n_block_range", "m_block_range", "bwd_tile_table", "dq_accum_offset", "split_heuristic",
+         "split_range", "split_combine", "block_info")
 
 
 def _load_features():

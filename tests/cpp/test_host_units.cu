@@ -1,5 +1,6 @@
 // Host-side unit tests of the torch-free headers: the tile tables, the key-block range each query
-// block visits (and the backward's inverse), the visibility rule and BlockInfo's offsets. Compiled by nvcc as host code only
+// block visits (and the backward's inverse), the visibility rule, BlockInfo's offsets and the
+// split-KV heuristic, ranges and combine math. Compiled by nvcc as host code only
 // (mask.h pulls in CuTe, which only nvcc parses), no GPU needed.
 //
 //   test_host_units                    run every case
@@ -9,6 +10,7 @@
 //
 // Prints one line per case and `N passed, M failed` (checks) last; exits non-zero on any failure.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -19,6 +21,7 @@
 #include "flash_attn_cute/block_info.h"
 #include "flash_attn_cute/mask.h"
 #include "flash_attn_cute/params.h"
+#include "flash_attn_cute/split_kv.h"
 #include "flash_attn_cute/tile_size.h"
 
 namespace {
@@ -435,6 +438,137 @@ void test_dq_accum_offset() {
 }
 
 // ----------------------------------------------------------------------------------------------
+// split_kv: the split heuristic, the key blocks of each split, and the combine math.
+
+// The heuristic's rule, written independently: the smallest useful split count whose efficiency is
+// within 85 % of the best one's.
+int ref_num_splits(int ctas, int num_sms, int n_blocks, int max_splits) {
+  if (ctas <= 0 || num_sms <= 0 || n_blocks <= 1 || ctas * 10 >= num_sms * 8) return 1;
+  const int limit = std::min({max_splits, num_sms, n_blocks, kMaxSplits});
+  std::vector<double> eff(limit + 1, -1.0);
+  double best = 0.0;
+  for (int s = 1; s <= limit; ++s) {
+    const long blocks_now = (n_blocks + s - 1) / s, blocks_before = s > 1 ? (n_blocks + s - 2) / (s - 1) : -1;
+    if (s > 1 && blocks_now == blocks_before) continue;
+    const double waves = double(ctas) * s / num_sms;
+    eff[s] = waves / std::ceil(waves - 1e-9);
+    best = std::max(best, eff[s]);
+  }
+  for (int s = 1; s <= limit; ++s) {
+    if (eff[s] >= 0 && eff[s] >= 0.85 * best - 1e-6) return s;
+  }
+  return 1;
+}
+
+void test_split_heuristic() {
+  long mismatches = 0;
+  for (int sms : {108, 132}) {
+    for (int ctas = 1; ctas <= 2 * sms; ctas += 1) {
+      for (int n_blocks : {1, 2, 3, 7, 16, 64, 129, 1024}) {
+        for (int max_splits : {1, 8, 128}) {
+          const int got = num_splits_heuristic(ctas, sms, n_blocks, max_splits);
+          const int want = ref_num_splits(ctas, sms, n_blocks, max_splits);
+          if (got != want && ++mismatches <= 5) {
+            CHECK_EQ(got, want, fmt("num_splits_heuristic(ctas %d, sms %d, n_blocks %d, max %d)", ctas, sms,
+                                    n_blocks, max_splits));
+          }
+          if (got < 1 || got > std::max(1, std::min({max_splits, n_blocks, sms}))) {
+            CHECK(false, fmt("num_splits_heuristic(%d, %d, %d, %d) = %d out of range", ctas, sms, n_blocks,
+                             max_splits, got));
+          }
+        }
+      }
+    }
+  }
+  if (mismatches == 0) ++g_passed;
+  // Decode, batch 1, 32 heads, one row block, 64 key blocks on 132 SMs: 4 splits fill 97 % of a wave.
+  CHECK_EQ(num_splits_heuristic(32, 132, 64, 128), 4, "decode 32 CTAs, 64 key blocks");
+  CHECK_EQ(num_splits_heuristic(132, 132, 64, 128), 1, "a full wave is not split");
+  CHECK_EQ(num_splits_heuristic(1, 132, 1, 128), 1, "one key block is not split");
+}
+
+void test_split_range() {
+  long bad = 0;
+  for (int n_min : {0, 3}) {
+    for (int n_max = n_min; n_max <= n_min + 40; ++n_max) {
+      for (int masked = 0; masked <= n_max - n_min; masked += 3) {
+        for (int splits = 1; splits <= 12; ++splits) {
+          const NBlockRange full{n_min, n_max, masked};
+          int next = n_min, masked_total = 0;
+          for (int i = 0; i < splits; ++i) {
+            const NBlockRange r = split_n_block_range(full, splits, i);
+            const int len = std::max(r.n_block_max - r.n_block_min, 0);
+            // Consecutive, in order, inside the full range; the masked blocks are the split's top ones.
+            const bool ok = (len == 0 || r.n_block_min == next) && r.n_block_max <= n_max &&
+                            r.n_masked_steps >= 0 && r.n_masked_steps <= len &&
+                            (r.n_masked_steps == 0 || r.n_block_max == n_max || r.n_block_max > n_max - masked);
+            if (!ok && ++bad <= 5) {
+              CHECK(ok, fmt("split_n_block_range({%d, %d, %d}, %d, %d) = {%d, %d, %d}", n_min, n_max, masked,
+                            splits, i, r.n_block_min, r.n_block_max, r.n_masked_steps));
+            }
+            if (len > 0) next = r.n_block_max;
+            masked_total += r.n_masked_steps;
+          }
+          if ((next != n_max || masked_total != masked) && ++bad <= 5) {
+            CHECK(false, fmt("splits of {%d, %d, %d} into %d: cover up to %d (want %d), %d masked (want %d)", n_min,
+                             n_max, masked, splits, next, n_max, masked_total, masked));
+          }
+        }
+      }
+    }
+  }
+  if (bad == 0) ++g_passed;
+}
+
+// Combines with SplitCombine and with a double-precision log-sum-exp; returns the max error.
+double combine_error(std::vector<float> const& lses, std::vector<float> const& outs) {
+  SplitCombine c;
+  for (float l : lses) c.add_lse(l);
+  double m = -INFINITY;
+  for (float l : lses) m = std::max(m, double(l));
+  double sum = 0.0;
+  for (float l : lses) sum += l == -INFINITY ? 0.0 : std::exp(double(l) - m);
+  const double want_lse = sum > 0 ? m + std::log(sum) : INFINITY;
+  double want_o = 0.0, got_o = 0.0;
+  for (size_t i = 0; i < lses.size(); ++i) {
+    want_o += lses[i] == -INFINITY ? 0.0 : std::exp(double(lses[i]) - want_lse) * outs[i];
+    got_o += double(c.weight(lses[i])) * outs[i];
+  }
+  if (std::isinf(want_lse)) return c.lse() == INFINITY && got_o == 0.0 ? 0.0 : INFINITY;
+  return std::max(std::fabs(double(c.lse()) - want_lse) / std::max(1.0, std::fabs(want_lse)),
+                  std::fabs(got_o - want_o));
+}
+
+void test_split_combine() {
+  unsigned state = 12345u;
+  auto uniform = [&]() {
+    state = state * 1664525u + 1013904223u;
+    return (state >> 8) / float(1u << 24);
+  };
+  double worst = 0.0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int n = 1 + trial % 17;
+    const float scale = trial % 3 == 0 ? 1e4f : 20.f;  // large LSEs must not overflow
+    std::vector<float> lses(n), outs(n);
+    for (int i = 0; i < n; ++i) {
+      lses[i] = uniform() < 0.3f ? -INFINITY : (uniform() - 0.5f) * scale;
+      outs[i] = uniform() * 2.f - 1.f;
+    }
+    worst = std::max(worst, combine_error(lses, outs));
+  }
+  CHECK(worst < 1e-5, fmt("SplitCombine vs double log-sum-exp: max error %.3g", worst));
+  // Every split empty: LSE +inf, every weight 0 (the row outputs 0).
+  SplitCombine empty;
+  for (int i = 0; i < 4; ++i) empty.add_lse(-INFINITY);
+  CHECK(empty.lse() == INFINITY, "all splits empty: LSE is +inf");
+  CHECK(empty.weight(-INFINITY) == 0.f && empty.weight(0.f) == 0.f, "all splits empty: weights are 0");
+  // One split: its own LSE and weight 1.
+  SplitCombine one;
+  one.add_lse(3.5f);
+  CHECK(one.lse() == 3.5f && one.weight(3.5f) == 1.f, "one split passes through");
+}
+
+// ----------------------------------------------------------------------------------------------
 // block_info: sequence lengths and element offsets, fixed-length and varlen.
 
 void test_block_info() {
@@ -549,6 +683,9 @@ const Case kCases[] = {
     {"m_block_range", test_m_block_range},
     {"bwd_tile_table", test_bwd_tile_table},
     {"dq_accum_offset", test_dq_accum_offset},
+    {"split_heuristic", test_split_heuristic},
+    {"split_range", test_split_range},
+    {"split_combine", test_split_combine},
     {"block_info", test_block_info},
 };
 

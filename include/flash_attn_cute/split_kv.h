@@ -1,0 +1,82 @@
+// Split-KV (issue 4), the host-and-device pieces: how many splits a launch gets, which key blocks
+// one split walks, and the math that merges the splits' partial (O, LSE). No CuTe: the C++ unit
+// tests run all of it on the CPU; the split-KV forward and the combine kernel call the same code.
+#pragma once
+
+#include <cmath>
+
+#include "block_info.h"
+
+namespace flash_attn_cute {
+
+inline constexpr int kMaxSplits = 128;
+
+// The number of splits for a launch of `ctas` CTAs (batch * heads * query row blocks), each over
+// `n_blocks` key blocks, on `num_sms` SMs (one CTA per SM at a time). A launch that already fills
+// most SMs is not split. Otherwise every split count s whose last wave is fullest is a candidate
+// (efficiency = waves / ceil(waves) with waves = ctas * s / num_sms); the smallest s within 85 % of
+// the best efficiency wins, as splits cost a combine pass and partial outputs. Counts that give
+// the same blocks per split as s - 1 only add empty splits and are skipped.
+FLASH_HOST_DEVICE constexpr int num_splits_heuristic(int ctas, int num_sms, int n_blocks, int max_splits) {
+  if (ctas <= 0 || num_sms <= 0 || n_blocks <= 1 || 10 * ctas >= 8 * num_sms) return 1;
+  int limit = max_splits < num_sms ? max_splits : num_sms;
+  if (limit > n_blocks) limit = n_blocks;
+  if (limit > kMaxSplits) limit = kMaxSplits;
+  auto efficiency = [&](int s) {
+    const float waves = float(ctas) * s / num_sms;
+    return waves / float(ceil_div(ctas * s, num_sms));
+  };
+  auto useful = [&](int s) { return s == 1 || ceil_div(n_blocks, s) != ceil_div(n_blocks, s - 1); };
+  float best = 0.f;
+  for (int s = 1; s <= limit; ++s) {
+    if (useful(s) && efficiency(s) > best) best = efficiency(s);
+  }
+  for (int s = 1; s <= limit; ++s) {
+    if (useful(s) && efficiency(s) >= 0.85f * best) return s;
+  }
+  return 1;
+}
+
+// The key blocks of split `split` out of `num_splits` over a query block's range [n_block_min,
+// n_block_max): consecutive equal shares (the last ones may be short or empty). The masked steps
+// stay at the top of the whole range, so only the split holding the top blocks runs them.
+FLASH_HOST_DEVICE constexpr NBlockRange split_n_block_range(NBlockRange full, int num_splits, int split) {
+  const int total = full.n_block_max > full.n_block_min ? full.n_block_max - full.n_block_min : 0;
+  const int per_split = ceil_div(total, num_splits > 0 ? num_splits : 1);
+  int lo = full.n_block_min + split * per_split;
+  int hi = lo + per_split;
+  if (hi > full.n_block_max) hi = full.n_block_max;
+  if (lo > hi) lo = hi;
+  const int first_masked = full.n_block_max - full.n_masked_steps;  // blocks at or above it are masked
+  const int masked = hi > first_masked ? hi - (lo > first_masked ? lo : first_masked) : 0;
+  return {lo, hi, masked};
+}
+
+// Merges the partial results of one query row over its splits. Each split reports the natural-log
+// LSE of its scaled scores (-inf when it saw no key) and its O normalised by its own sum.
+//   LSE = max + log(sum_i exp(lse_i - max)),  O = sum_i exp(lse_i - LSE) * O_i.
+// A row that saw no key in any split gets LSE = +inf and O = 0, the forward's convention.
+struct SplitCombine {
+  float max_lse = -INFINITY;
+  float sum = 0.f;  // sum_i exp(lse_i - max_lse)
+
+  // Pass 1: every split's LSE.
+  FLASH_HOST_DEVICE void add_lse(float lse) {
+    if (lse == -INFINITY) return;
+    if (lse > max_lse) {
+      sum = sum * expf(max_lse - lse) + 1.f;  // max_lse = -inf on the first call: sum was 0
+      max_lse = lse;
+    } else {
+      sum += expf(lse - max_lse);
+    }
+  }
+
+  FLASH_HOST_DEVICE float lse() const { return sum > 0.f ? max_lse + logf(sum) : INFINITY; }
+
+  // Pass 2: the weight of split i's O in the output (0 for an empty split or an empty row).
+  FLASH_HOST_DEVICE float weight(float lse_i) const {
+    return sum > 0.f && lse_i != -INFINITY ? expf(lse_i - max_lse) / sum : 0.f;
+  }
+};
+
+}  // namespace flash_attn_cute
