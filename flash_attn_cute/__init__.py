@@ -10,6 +10,7 @@ from .interface import (
     flash_attn_varlen_kvpacked_func,
     flash_attn_varlen_qkvpacked_func,
 )
+from .kvcache import flash_attn_with_kvcache
 from .validation import FlashAttnInputError
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_with_kvcache",
     "bwd",
     "fwd",
 ]

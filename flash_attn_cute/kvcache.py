@@ -1,0 +1,135 @@
+"""flash_attn_with_kvcache (flash-attn 2.x signature): the argument checks are complete; the
+split-KV decode kernels they feed are the next step (issue 4), so a valid call raises
+NotImplementedError after the checks. No check reads a GPU tensor (a decode step stays
+capturable in a CUDA graph): values are checked only when they are Python ints or CPU tensors.
+"""
+import torch
+
+from . import validation as V
+
+MIN_PAGE_SIZE = 16  # pages hold whole 16-row MMA slabs
+MAX_SPLITS = 128  # include/flash_attn_cute/split_kv.h: kMaxSplits
+
+
+def _check_int32_vector(name, t, batch):
+    V._check_tensor(name, t)
+    if t.dtype != torch.int32 or t.dim() != 1 or t.size(0) != batch:
+        V._fail(f"{name} must be an int32 tensor of shape ({batch},), got {t.dtype} {tuple(t.shape)}")
+
+
+def check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+                  block_table, num_splits):
+    """Shapes, dtypes and the values that can be read without a device synchronisation."""
+    V.check_dtypes(q=q, k_cache=k_cache, v_cache=v_cache)
+    if q.dim() != 4:
+        V._fail(f"q must be 4-D (batch, seqlen_q, nheads, headdim), got shape {tuple(q.shape)}")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dim() != 4:
+            V._fail(f"{name} must be 4-D (batch_cache, seqlen_cache, nheads_k, headdim) or, paged, "
+                    f"(num_blocks, page_size, nheads_k, headdim), got shape {tuple(t.shape)}")
+    if k_cache.shape[:-1] != v_cache.shape[:-1]:
+        V._fail(f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} must agree in all but the "
+                "last dimension")
+    batch, seqlen_q, nheads, head_dim = q.shape
+    nheads_k = k_cache.size(2)
+    if k_cache.size(-1) != head_dim:
+        V._fail(f"q head dim {head_dim} and k_cache head dim {k_cache.size(-1)} differ")
+    V.check_head_dim(head_dim, v_cache.size(-1))
+    if nheads_k == 0 or nheads % nheads_k:
+        V._fail(f"nheads ({nheads}) must be a multiple of nheads_k ({nheads_k})")
+    if head_dim % V.ALIGN_ELEMENTS:
+        V._fail(f"flash_attn_with_kvcache needs a head dim that is a multiple of {V.ALIGN_ELEMENTS}, got {head_dim} "
+                "(the cache is updated in place, so it cannot be padded)")
+
+    if block_table is not None:
+        V._check_tensor("block_table", block_table)
+        if block_table.dtype != torch.int32 or block_table.dim() != 2 or block_table.size(0) != batch:
+            V._fail(f"block_table must be an int32 tensor of shape (batch={batch}, max_blocks_per_seq), got "
+                    f"{block_table.dtype} {tuple(block_table.shape)}")
+        page_size = k_cache.size(1)
+        if page_size % MIN_PAGE_SIZE or page_size == 0:
+            V._fail(f"the paged cache's page size (k_cache.size(1) = {page_size}) must be a positive multiple of "
+                    f"{MIN_PAGE_SIZE}")
+        for name, t in (("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad)):
+            if t is not None:
+                V._fail(f"{name} cannot be combined with block_table (a paged cache)")
+        capacity = block_table.size(1) * page_size
+        if block_table.device.type == "cpu" and block_table.numel() and not torch.compiler.is_compiling():
+            if bool((block_table < 0).any()) or bool((block_table >= k_cache.size(0)).any()):
+                V._fail(f"block_table entries must be page indices in [0, {k_cache.size(0)})")
+    else:
+        capacity = k_cache.size(1)
+        if cache_batch_idx is None and k_cache.size(0) != batch:
+            V._fail(f"k_cache batch {k_cache.size(0)} must equal q batch {batch} (or give cache_batch_idx)")
+        if cache_batch_idx is not None:
+            _check_int32_vector("cache_batch_idx", cache_batch_idx, batch)
+        if cache_leftpad is not None:
+            _check_int32_vector("cache_leftpad", cache_leftpad, batch)
+
+    seqlen_new = 0
+    if (k is None) != (v is None):
+        V._fail("give both k and v (the new keys and values to append) or neither")
+    if k is not None:
+        V.check_dtypes(q=q, k=k, v=v)
+        if k.dim() != 4 or k.shape[0] != batch or k.shape[2:] != (nheads_k, head_dim) or v.shape != k.shape:
+            V._fail(f"k and v must have shape (batch={batch}, seqlen_new, nheads_k={nheads_k}, headdim={head_dim}), "
+                    f"got {tuple(k.shape)} and {tuple(v.shape)}")
+        seqlen_new = k.size(1)
+
+    if (rotary_cos is None) != (rotary_sin is None):
+        V._fail("give both rotary_cos and rotary_sin or neither")
+    if rotary_cos is not None:
+        for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+            V._check_tensor(name, t)
+            if t.dim() != 2 or t.dtype != q.dtype:
+                V._fail(f"{name} must be 2-D (seqlen_rotary, rotary_dim / 2) with q's dtype {q.dtype}, "
+                        f"got {t.dtype} {tuple(t.shape)}")
+        if rotary_cos.shape != rotary_sin.shape:
+            V._fail(f"rotary_cos {tuple(rotary_cos.shape)} and rotary_sin {tuple(rotary_sin.shape)} differ")
+        rotary_dim = 2 * rotary_cos.size(1)
+        if rotary_dim == 0 or rotary_dim > head_dim or rotary_dim % 16:
+            V._fail(f"rotary_dim (2 * rotary_cos.size(1) = {rotary_dim}) must be a multiple of 16 in [16, {head_dim}]")
+
+    if cache_seqlens is None:  # the whole cache is in use
+        cache_seqlens = capacity
+    if isinstance(cache_seqlens, bool) or not isinstance(cache_seqlens, (int, torch.Tensor)):
+        V._fail(f"cache_seqlens must be an int or an int32 tensor of shape ({batch},), "
+                f"got {type(cache_seqlens).__name__}")
+    if isinstance(cache_seqlens, int):
+        longest = cache_seqlens
+        if cache_seqlens < 0:
+            V._fail(f"cache_seqlens must be >= 0, got {cache_seqlens}")
+    else:
+        _check_int32_vector("cache_seqlens", cache_seqlens, batch)
+        longest = None
+        if cache_seqlens.device.type == "cpu" and batch and not torch.compiler.is_compiling():
+            if bool((cache_seqlens < 0).any()):
+                V._fail("cache_seqlens must be >= 0")
+            longest = int(cache_seqlens.max())
+    if longest is not None and longest + seqlen_new > capacity:
+        V._fail(f"cache_seqlens ({longest}) + the new keys ({seqlen_new}) exceed the cache capacity ({capacity})")
+
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits <= MAX_SPLITS:
+        V._fail(f"num_splits must be an int in [0, {MAX_SPLITS}] (0 = heuristic), got {num_splits!r}")
+    layouts = dict(q=q, k_cache=k_cache, v_cache=v_cache)
+    if k is not None:
+        layouts.update(k=k, v=v)
+    V.check_layout(**layouts)
+    V.check_device(**layouts, rotary_cos=rotary_cos, rotary_sin=rotary_sin, block_table=block_table,
+                   cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
+                   cache_seqlens=cache_seqlens if isinstance(cache_seqlens, torch.Tensor) else None)
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+    """q: (batch, seqlen_q, nheads, d); k_cache, v_cache: (batch_cache, seqlen_cache, nheads_k, d), or
+    paged (num_blocks, page_size, nheads_k, d) with block_table (batch, max_blocks_per_seq) int32;
+    k, v: new keys/values (batch, seqlen_new, nheads_k, d) appended at cache_seqlens (int or int32
+    (batch,)). Returns out like q, or (out, softmax_lse) with return_softmax_lse."""
+    V.check_not_implemented(window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
+    check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+                  block_table, num_splits)
+    raise NotImplementedError("flash_attn_cute: flash_attn_with_kvcache (split-KV decode) is not implemented yet; "
+                              "its arguments were checked and are valid")

@@ -1,0 +1,102 @@
+"""flash_attn_with_kvcache's argument checks, on CPU (the decode kernels are the next step: a valid
+call on a GPU raises NotImplementedError after the checks)."""
+import pytest
+import torch
+
+import flash_attn_cute as fac
+from flash_attn_cute import FlashAttnInputError
+
+F16, BF16, I32 = torch.float16, torch.bfloat16, torch.int32
+B, SQ, H, HK, D, SC = 2, 1, 8, 2, 64, 256  # batch, new queries, heads, kv heads, head dim, cache length
+DEVICE_MSG = r"is on cpu; flash_attn_cute needs CUDA tensors"
+
+
+def t(*shape, dtype=F16):
+    return torch.zeros(*shape, dtype=dtype)
+
+
+def call(**changes):
+    args = dict(q=t(B, SQ, H, D), k_cache=t(B, SC, HK, D), v_cache=t(B, SC, HK, D), cache_seqlens=100)
+    args.update(changes)
+    return lambda: fac.flash_attn_with_kvcache(**args)
+
+
+def paged(**changes):
+    base = dict(k_cache=t(10, 16, HK, D), v_cache=t(10, 16, HK, D), block_table=torch.zeros(B, 4, dtype=I32),
+                cache_seqlens=torch.tensor([3, 60], dtype=I32))
+    base.update(changes)
+    return call(**base)
+
+
+def raises(match, fn, exc=FlashAttnInputError):
+    with pytest.raises(exc, match=match) as info:
+        fn()
+    assert str(info.value).startswith("flash_attn_cute: ")
+
+
+VALID = {
+    "decode": call(),
+    "append_rotary": call(k=t(B, 3, HK, D), v=t(B, 3, HK, D), rotary_cos=t(SC, 16), rotary_sin=t(SC, 16),
+                          cache_seqlens=torch.tensor([0, 253], dtype=I32)),
+    "chunked_prefill_causal": call(q=t(B, 4, H, D), causal=True, num_splits=3),
+    "batch_idx_leftpad": call(k_cache=t(5, SC, HK, D), v_cache=t(5, SC, HK, D),
+                              cache_batch_idx=torch.tensor([4, 0], dtype=I32), cache_leftpad=t(B, dtype=I32)),
+    "paged_16": paged(),
+    "paged_append": paged(k=t(B, 4, HK, D), v=t(B, 4, HK, D), cache_seqlens=60),
+    "mqa_bf16": call(q=t(B, SQ, H, D, dtype=BF16), k_cache=t(B, SC, 1, D, dtype=BF16),
+                     v_cache=t(B, SC, 1, D, dtype=BF16), num_splits=128),
+    "no_cache_seqlens": call(cache_seqlens=None),
+}
+
+
+@pytest.mark.parametrize("case", VALID)
+def test_valid_inputs_reach_device_check(case):
+    raises(DEVICE_MSG, VALID[case])
+
+
+@pytest.mark.parametrize("fn, msg", [
+    (call(q=t(B, H, D)), r"q must be 4-D"),
+    (call(k_cache=t(B, SC, HK)), r"k_cache must be 4-D"),
+    (call(v_cache=t(B, SC + 1, HK, D)), r"k_cache .* and v_cache .* must agree"),
+    (call(k_cache=t(B, SC, HK, D, dtype=BF16)), r"k_cache has dtype torch.bfloat16 but q has torch.float16"),
+    (call(k_cache=t(B, SC, 3, D), v_cache=t(B, SC, 3, D)), r"nheads \(8\) must be a multiple of nheads_k \(3\)"),
+    (call(q=t(B, SQ, H, 60), k_cache=t(B, SC, HK, 60), v_cache=t(B, SC, HK, 60)), r"multiple of 8, got 60"),
+    (call(k_cache=t(3, SC, HK, D), v_cache=t(3, SC, HK, D)), r"k_cache batch 3 must equal q batch 2"),
+    (call(k=t(B, 2, HK, D)), r"give both k and v"),
+    (call(k=t(B, 2, HK, D), v=t(B, 2, 1, D)), r"k and v must have shape \(batch=2, seqlen_new, nheads_k=2"),
+    (call(rotary_cos=t(SC, 16)), r"give both rotary_cos and rotary_sin"),
+    (call(rotary_cos=t(SC, 12), rotary_sin=t(SC, 12)), r"rotary_dim .* = 24\) must be a multiple of 16"),
+    (call(rotary_cos=t(SC, 16, dtype=BF16), rotary_sin=t(SC, 16, dtype=BF16)), r"rotary_cos must be 2-D .* dtype"),
+    (call(cache_seqlens=torch.tensor([1, 2])), r"cache_seqlens must be an int32 tensor of shape \(2,\)"),
+    (call(cache_seqlens=1.5), r"cache_seqlens must be an int or an int32 tensor"),
+    (call(cache_seqlens=-1), r"cache_seqlens must be >= 0"),
+    (call(cache_seqlens=255, k=t(B, 2, HK, D), v=t(B, 2, HK, D)), r"\(255\) \+ the new keys \(2\) exceed .* \(256\)"),
+    (call(cache_seqlens=torch.tensor([1, 300], dtype=I32)), r"\(300\) .* exceed the cache capacity \(256\)"),
+    (call(cache_batch_idx=torch.tensor([0, 1])), r"cache_batch_idx must be an int32 tensor of shape \(2,\)"),
+    (call(cache_leftpad=t(3, dtype=I32)), r"cache_leftpad must be an int32 tensor of shape \(2,\)"),
+    (call(num_splits=129), r"num_splits must be an int in \[0, 128\]"),
+    (call(num_splits=-1), r"num_splits must be an int"),
+    (paged(block_table=torch.zeros(B, 4)), r"block_table must be an int32 tensor of shape \(batch=2"),
+    (paged(block_table=torch.zeros(3, 4, dtype=I32)), r"block_table must be an int32 tensor"),
+    (paged(k_cache=t(10, 8, HK, D), v_cache=t(10, 8, HK, D)), r"page size .* = 8\) must be a positive multiple of 16"),
+    (paged(block_table=torch.full((B, 4), 10, dtype=I32)), r"block_table entries must be page indices in \[0, 10\)"),
+    (paged(cache_batch_idx=torch.tensor([0, 1], dtype=I32)), r"cache_batch_idx cannot be combined with block_table"),
+    (paged(cache_seqlens=65), r"\(65\) .* exceed the cache capacity \(64\)"),
+    (call(k_cache=t(B, SC, HK, 2 * D)[..., ::2], v_cache=t(B, SC, HK, D)), r"k_cache must have a contiguous last"),
+])
+def test_bad_input(fn, msg):
+    raises(msg, fn)
+
+
+@pytest.mark.parametrize("changes, what", [(dict(window_size=(8, 0)), "window_size"), (dict(softcap=5.0), "softcap"),
+                                           (dict(alibi_slopes=t(H, dtype=torch.float32)), "alibi_slopes")])
+def test_later_features_not_implemented(changes, what):
+    raises(what, call(**changes), exc=NotImplementedError)
+
+
+@pytest.mark.cuda
+def test_valid_call_not_implemented_yet_on_gpu():
+    q = torch.zeros(B, SQ, H, D, dtype=F16, device="cuda")
+    cache = torch.zeros(B, SC, HK, D, dtype=F16, device="cuda")
+    with pytest.raises(NotImplementedError, match="flash_attn_with_kvcache"):
+        fac.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=10)
