@@ -29,13 +29,14 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
               p.varlen ? "(nheads, total_q)" : "(batch, nheads, seqlen_q)", " tensor");
 
   c10::cuda::CUDAGuard device_guard(q.device());
-  if (p.batch == 0 || p.heads == 0) return;
-  if (p.seqlen_q == 0 || p.seqlen_k == 0) {  // no (row, key) pair anywhere: every gradient is 0
+  // Varlen rows past cu_seqlens[-1] belong to no sequence and the kernels never visit them: their
+  // gradients are 0. Without a host read of cu_seqlens the whole tensors are zeroed first.
+  if (p.varlen || p.batch == 0 || p.heads == 0 || p.seqlen_q == 0 || p.seqlen_k == 0) {
     dq.zero_();
     dk.zero_();
     dv.zero_();
-    return;
   }
+  if (p.batch == 0 || p.heads == 0 || p.seqlen_q == 0 || p.seqlen_k == 0) return;  // no (row, key) pair anywhere
   const int block_m = bwd_block_m(kernel_head_dim);
   const int64_t m_blocks = (p.seqlen_q + block_m - 1) / block_m;
   const int64_t n_blocks = (p.seqlen_k + bwd_tile_shape(kernel_head_dim).block_n - 1) /

@@ -3,6 +3,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <cmath>
+
 #include "flash_attn_cute/fwd_api.h"
 #include "glue.h"
 #include "torch_api.h"
@@ -19,6 +21,13 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
 
   c10::cuda::CUDAGuard device_guard(q.device());
   at::Tensor lse = at::empty(lse_shape(p), q.options().dtype(at::kFloat));
+  // Varlen rows past cu_seqlens[-1] belong to no sequence and the kernel never visits them: they get
+  // out = 0 and LSE = +inf, like rows that see no key. Without a host read of cu_seqlens, every row
+  // is set first.
+  if (p.varlen) {
+    out.zero_();
+    lse.fill_(INFINITY);
+  }
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads == 0) return lse;
 
   FwdParams params;

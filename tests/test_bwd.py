@@ -229,3 +229,35 @@ def test_bwd_bad_input_leaves_cuda_usable():
     dq, dk, dv = fac.bwd(out, q, k, v, out, lse)
     torch.cuda.synchronize()
     assert all(g.isfinite().all() for g in (dq, dk, dv))
+
+
+def test_varlen_rows_outside_every_sequence_are_zero():
+    """cu_seqlens[-1] < total: the trailing rows belong to no sequence: out 0, LSE +inf, gradients 0."""
+    cu = torch.tensor([0, 50, 120], device="cuda", dtype=torch.int32)
+    q, k, v = (_randn(130, 4, 64, dtype=torch.bfloat16) for _ in range(3))
+    out = torch.full_like(q, math.nan)
+    out, lse = fac.fwd(q, k, v, out=out, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=70, max_seqlen_k=70)
+    assert (out[120:] == 0).all() and (lse[:, 120:] == math.inf).all() and out[:120].isfinite().all()
+    dq, dk, dv = (torch.full_like(x, math.nan) for x in (q, k, v))
+    fac.bwd(_randn(130, 4, 64, dtype=torch.bfloat16), q, k, v, out, lse, dq, dk, dv, cu_seqlens_q=cu,
+            cu_seqlens_k=cu, max_seqlen_q=70, max_seqlen_k=70)
+    for g in (dq, dk, dv):
+        assert (g[120:] == 0).all() and g.isfinite().all()
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_varlen_max_seqlen_below_a_sequence_is_cut_not_hung(deterministic):
+    """A max_seqlen shorter than a sequence cannot be checked without reading the device's cu_seqlens:
+    the kernels cut the sequence to it instead of reading or writing past their buffers (or waiting
+    forever for the deterministic dQ order)."""
+    cu = torch.tensor([0, 300], device="cuda", dtype=torch.int32)
+    q, k, v, dout = (_randn(300, 4, 128, dtype=torch.bfloat16) for _ in range(4))
+    kw = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=128, max_seqlen_k=128)
+    out, lse = fac.fwd(q, k, v, **kw)
+    dq, dk, dv = fac.bwd(dout, q, k, v, out, lse, deterministic=deterministic, **kw)
+    torch.cuda.synchronize()
+    ref, _ = attention_ref(q[None, :128], k[None, :128], v[None, :128])
+    ref_lowp, _ = attention_ref(q[None, :128], k[None, :128], v[None, :128], upcast=False, reorder_ops=True)
+    _assert_close_rule(out[None, :128], ref, ref_lowp)
+    for g in (dq, dk, dv):
+        assert g.isfinite().all() and (g[128:] == 0).all()

@@ -22,10 +22,15 @@ struct BlockInfo {
   index_t k_row_start;
   bool is_varlen;
 
+  // In varlen mode a sequence longer than max_seqlen_q / max_seqlen_k (a caller error that cannot be
+  // checked without reading the device's cu_seqlens) is cut to it: the grids and scratch buffers
+  // are sized by the maxima, so the kernels never index past them.
   FLASH_HOST_DEVICE BlockInfo(FwdParams const& params, int bidb)
-      : seqlen_q(params.cu_seqlens_q ? params.cu_seqlens_q[bidb + 1] - params.cu_seqlens_q[bidb]
+      : seqlen_q(params.cu_seqlens_q ? clamp_length(params.cu_seqlens_q[bidb + 1] - params.cu_seqlens_q[bidb],
+                                                    params.seqlen_q)
                                      : params.seqlen_q),
-        seqlen_k(params.cu_seqlens_k ? params.cu_seqlens_k[bidb + 1] - params.cu_seqlens_k[bidb]
+        seqlen_k(params.cu_seqlens_k ? clamp_length(params.cu_seqlens_k[bidb + 1] - params.cu_seqlens_k[bidb],
+                                                    params.seqlen_k)
                                      : params.seqlen_k),
         q_row_start(params.cu_seqlens_q ? params.cu_seqlens_q[bidb] : 0),
         k_row_start(params.cu_seqlens_k ? params.cu_seqlens_k[bidb] : 0),
@@ -50,6 +55,9 @@ struct BlockInfo {
   }
 
  private:
+  FLASH_HOST_DEVICE static int clamp_length(int length, int max_length) {
+    return length < max_length ? length : max_length;
+  }
   FLASH_HOST_DEVICE static index_t row_offset(TensorView const& t, int bidb, index_t row_start, bool varlen) {
     return varlen ? row_start * t.row_stride : bidb * t.batch_stride;
   }

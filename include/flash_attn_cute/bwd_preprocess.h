@@ -26,11 +26,15 @@ struct RowWalk {
 };
 
 using Vector16 = cutlass::Array<float, RowWalk::kElemsPerVector>;
+// Global memory is read and written through aligned arrays so each vector moves in whole 16-byte
+// transactions (plain cutlass::Array only promises element alignment).
+template <class T>
+using AlignedVector = cutlass::AlignedArray<T, RowWalk::kElemsPerVector>;
 
 template <class Element>
 __device__ __forceinline__ Vector16 load_as_float(Element const* ptr) {
-  using In = cutlass::Array<Element, RowWalk::kElemsPerVector>;
-  return cutlass::NumericArrayConverter<float, Element, RowWalk::kElemsPerVector>{}(*reinterpret_cast<In const*>(ptr));
+  const AlignedVector<Element> in = *reinterpret_cast<AlignedVector<Element> const*>(ptr);
+  return cutlass::NumericArrayConverter<float, Element, RowWalk::kElemsPerVector>{}(in);
 }
 
 // grid (ceil_div(seqlen_q, kRowsPerCta), batch, heads)
@@ -72,14 +76,15 @@ __global__ void __launch_bounds__(RowWalk::kThreads) bwd_convert_dq_kernel(__gri
       params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) + walk.row * params.dq_accum_row_stride;
   Element* dq_row = static_cast<Element*>(params.dq.ptr) + binfo.q_offset(params.dq, bidb, bidh) +
                     index_t(walk.row) * params.dq.row_stride;
-  using Out = cutlass::Array<Element, RowWalk::kElemsPerVector>;
   for (int col = walk.lane * RowWalk::kElemsPerVector; col < params.head_dim;
        col += RowWalk::kThreadsPerRow * RowWalk::kElemsPerVector) {
-    Vector16 acc = *reinterpret_cast<Vector16 const*>(accum_row + col);
+    AlignedVector<float> acc = *reinterpret_cast<AlignedVector<float> const*>(accum_row + col);
 #pragma unroll
     for (int i = 0; i < RowWalk::kElemsPerVector; ++i) acc[i] *= params.softmax_scale;
-    *reinterpret_cast<Out*>(dq_row + col) =
+    AlignedVector<Element> out;
+    static_cast<cutlass::Array<Element, RowWalk::kElemsPerVector>&>(out) =
         cutlass::NumericArrayConverter<Element, float, RowWalk::kElemsPerVector>{}(acc);
+    *reinterpret_cast<AlignedVector<Element>*>(dq_row + col) = out;
   }
 }
 
