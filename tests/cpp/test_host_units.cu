@@ -639,6 +639,13 @@ void test_block_info() {
     }
     const BlockInfo b1(p, 1);
     CHECK_EQ(b1.q_offset(p.q, 1, 3), 5 * 512 + 3 * 64, "varlen: q_offset(b 1, h 3)");
+    // max_seqlen below a sequence's length (a caller error the kernels cannot check): cut to it.
+    FwdParams short_max = p;
+    short_max.seqlen_q = 20;
+    short_max.seqlen_k = 10;
+    CHECK_EQ(BlockInfo(short_max, 3).seqlen_q, 20, "varlen: seqlen_q 28 cut to max_seqlen_q 20");
+    CHECK_EQ(BlockInfo(short_max, 2).seqlen_k, 10, "varlen: seqlen_k 23 cut to max_seqlen_k 10");
+    CHECK_EQ(BlockInfo(short_max, 0).seqlen_q, 5, "varlen: seqlen_q 5 under the max is kept");
     CHECK_EQ(b1.k_offset(p.k, 1, 2), 7 * 256 + 2 * 64, "varlen: k_offset(b 1, h 2)");
     CHECK_EQ(b1.lse_offset(p, 1, 3), 5 + 3 * 40, "varlen: lse_offset(b 1, h 3)");
     const BlockInfo b3(p, 3);
@@ -657,6 +664,8 @@ void test_block_info() {
     p.heads_k = 16;
     p.cu_seqlens_q = cu_q;
     p.cu_seqlens_k = cu_k;
+    p.seqlen_q = 1 << 30;  // max_seqlen_q: the first sequence's 2^30 rows
+    p.seqlen_k = 1 << 29;
     p.q = {nullptr, 0, 16 * 128, 128};
     p.k = {nullptr, 0, 16 * 128, 128};
     p.lse_head_stride = (index_t{1} << 30) + 100;
