@@ -31,19 +31,20 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   c10::cuda::CUDAGuard device_guard(q.device());
   // Varlen rows past cu_seqlens[-1] belong to no sequence and the kernels never visit them: their
   // gradients are 0. Without a host read of cu_seqlens the whole tensors are zeroed first.
-  if (p.varlen || p.batch == 0 || p.heads == 0 || p.seqlen_q == 0 || p.seqlen_k == 0) {
+  const bool no_pairs = p.batch == 0 || p.heads == 0 || p.seqlen_q == 0 || p.seqlen_k == 0;
+  if (p.varlen || no_pairs) {
     dq.zero_();
     dk.zero_();
     dv.zero_();
   }
-  if (p.batch == 0 || p.heads == 0 || p.seqlen_q == 0 || p.seqlen_k == 0) return;  // no (row, key) pair anywhere
-  const int block_m = bwd_block_m(kernel_head_dim);
+  if (no_pairs) return;  // no (row, key) pair anywhere
+  const BwdTileShape tile = bwd_tile_shape(kernel_head_dim);
+  const int block_m = tile.block_m;
   const int64_t m_blocks = (p.seqlen_q + block_m - 1) / block_m;
-  const int64_t n_blocks = (p.seqlen_k + bwd_tile_shape(kernel_head_dim).block_n - 1) /
-                           bwd_tile_shape(kernel_head_dim).block_n;
+  const int64_t n_blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n;
   TORCH_CHECK(n_blocks <= 65535 || !(causal || deterministic),  // grid.z (see bwd_grid_key_block_major)
               "flash_attn_cute: the causal or deterministic backward supports seqlen_k up to ",
-              num(65535 * int64_t(bwd_tile_shape(kernel_head_dim).block_n)), " for this head dim");
+              num(65535 * int64_t(tile.block_n)), " for this head dim");
 
   // The dQ accumulator (see BwdParams): whole row blocks per sequence, dq's (row, head, dim) order.
   const int64_t accum_rows = p.varlen ? p.total_q + p.batch * block_m : m_blocks * block_m;

@@ -34,17 +34,24 @@ def check_dtypes(**tensors):
             _fail(f"{name} has dtype {t.dtype} but {first_name} has {first.dtype}; all must match")
 
 
+def layout_problem(name, t):
+    """Why the kernels cannot take t's layout, or None: the last dim contiguous, 16-byte aligned
+    strides and pointer (the pointer is unknown while torch.compile traces)."""
+    if t.dim() and t.size(-1) > 1 and t.stride(-1) != 1:
+        return f"{name} must have a contiguous last dimension (stride(-1) == 1), got strides {t.stride()}"
+    if any(t.size(i) > 1 and t.stride(i) % ALIGN_ELEMENTS for i in range(t.dim() - 1)):
+        return (f"{name} strides {t.stride()} must be multiples of {ALIGN_ELEMENTS} elements "
+                f"(16 bytes) in every dimension but the last")
+    if not torch.compiler.is_compiling() and t.data_ptr() % 16:
+        return f"{name} data pointer must be 16-byte aligned"
+    return None
+
+
 def check_layout(**tensors):
-    """Last dim contiguous, 16-byte aligned pointers and strides."""
     for name, t in tensors.items():
-        if t.dim() and t.size(-1) > 1 and t.stride(-1) != 1:
-            _fail(f"{name} must have a contiguous last dimension (stride(-1) == 1), got strides {t.stride()}")
-        bad = [i for i in range(t.dim() - 1) if t.size(i) > 1 and t.stride(i) % ALIGN_ELEMENTS]
-        if bad:
-            _fail(f"{name} strides {t.stride()} must be multiples of {ALIGN_ELEMENTS} elements "
-                  f"(16 bytes) in every dimension but the last")
-        if not torch.compiler.is_compiling() and t.data_ptr() % 16:
-            _fail(f"{name} data pointer must be 16-byte aligned")
+        problem = layout_problem(name, t)
+        if problem:
+            _fail(problem)
 
 
 def check_head_dim(head_dim, head_dim_v):

@@ -19,7 +19,4 @@ cudaError_t run_bwd_dispatch(BwdParams const& params, cudaStream_t stream);
 // Whether this build holds a backward kernel for the dtype and (kernel) head dim.
 bool bwd_is_built(DType dtype, int kernel_head_dim);
 
-// Query rows per dQ semaphore (the backward's block_m) for a kernel head dim.
-constexpr int bwd_block_m(int kernel_head_dim) { return bwd_tile_shape(kernel_head_dim).block_m; }
-
 }  // namespace flash_attn_cute
