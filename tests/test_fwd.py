@@ -185,3 +185,17 @@ def test_torch_compile_fullgraph():
         return fac.flash_attn_func(q, k, v, causal=True) * 2
 
     torch.testing.assert_close(f(q, k, v), 2 * fac.flash_attn_func(q, k, v, causal=True))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlens", [(1, 8192), (4, 8192), (1, 100000), (3, 777)], ids=str)
+@pytest.mark.parametrize("heads", [(4, 4), (8, 1)], ids=["mha", "mqa"])
+def test_decode_shapes_split_kv(seqlens, causal, heads):
+    """Few query rows over many keys: the grid is too small for the SMs and the forward splits the
+    keys across CTAs (split_kv.h), then combines the partial results."""
+    (seqlen_q, seqlen_k), (nheads, nheads_k) = seqlens, heads
+    q = _randn(1, seqlen_q, nheads, 128, dtype=torch.bfloat16)
+    k = _randn(1, seqlen_k, nheads_k, 128, dtype=torch.bfloat16)
+    v = _randn(1, seqlen_k, nheads_k, 128, dtype=torch.bfloat16)
+    out, lse, _ = fac.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    _check(q, k, v, causal, out, lse)

@@ -17,7 +17,7 @@ template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK>
 cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream) {
   using Element = typename ElementOf<kDType>::type;
   using Traits = BwdKernelTraits<kHeadDim, Element>;
-  cudaError_t err = run_bwd_row_kernel<Element>(bwd_dot_do_o_kernel<Element>, params, stream);
+  cudaError_t err = run_row_kernel(bwd_dot_do_o_kernel<Element>, params, stream);
   if (err != cudaSuccess) return err;
 
   auto kernel = flash_bwd_kernel<Traits, kIsCausal, kIsEvenK>;
@@ -32,7 +32,7 @@ cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream) {
   err = cudaPeekAtLastError();
   if (err != cudaSuccess) return err;
 
-  return run_bwd_row_kernel<Element>(bwd_convert_dq_kernel<Element>, params, stream);
+  return run_row_kernel(bwd_convert_dq_kernel<Element>, params, stream);
 }
 
 }  // namespace flash_attn_cute

@@ -55,4 +55,31 @@ __device__ __forceinline__ void write_o(TensorO const& tOrO, TensorLse const& ls
   copy_in_bounds<!Is_even_K>(gmem_tiled_copy_O, tOrOut, tOgO, tOcO, rows_left, head_dim);
 }
 
+// One split's partial result, straight from registers: fp32 O (normalised by the split's own sum)
+// into gOaccum, a (kBlockM, kHeadDim) row-major fp32 tile, and LSE into gLSEaccum, with -inf for
+// rows that saw no key in this split (the combine then gives them no weight). Rows at or past
+// rows_left are not ours.
+template <class Traits, class TensorO, class TensorLse>
+__device__ __forceinline__ void write_o_partial(TensorO const& tOrO, TensorLse lse, float* gOaccum, float* gLSEaccum,
+                                                int rows_left, int tidx) {
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  typename Traits::TiledMma tiled_mma;
+  Tensor cO = make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{});                   // (BLK_M, BLK_K) -> (m, k)
+  Tensor taccOcO = tiled_mma.get_thread_slice(tidx).partition_C(cO);                       // (MMA, MMA_M, MMA_K)
+  Tensor coord_rc = make_tensor(taccOcO.data(), acc_layout_rowcol(taccOcO.layout()));     // (rows, cols)
+  Tensor acc_rc = make_tensor(tOrO.data(), acc_layout_rowcol(tOrO.layout()));              // (rows, cols)
+#pragma unroll
+  for (int mi = 0; mi < size<0>(acc_rc); ++mi) {
+    const int row = get<0>(coord_rc(mi, 0));
+    if (row >= rows_left) continue;
+    float* out_row = gOaccum + row * kHeadDim;
+#pragma unroll
+    for (int ni = 0; ni < size<1>(acc_rc); ni += 2) {
+      *reinterpret_cast<float2*>(out_row + get<1>(coord_rc(mi, ni))) = make_float2(acc_rc(mi, ni), acc_rc(mi, ni + 1));
+    }
+    if (get<1>(coord_rc(mi, 0)) == 0) gLSEaccum[row] = lse(mi) == INFINITY ? -INFINITY : lse(mi);
+  }
+}
+
 }  // namespace flash_attn_cute

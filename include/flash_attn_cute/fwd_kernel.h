@@ -12,16 +12,18 @@
 #include "mask.h"
 #include "params.h"
 #include "softmax.h"
+#include "split_kv.h"
 #include "utils.h"
 
 namespace flash_attn_cute {
 
 using namespace cute;
 
-// Is_even_K: head_dim == kHeadDim, so no column predicates.
-template <class Traits, bool Is_causal, bool Is_even_K>
+// Is_even_K: head_dim == kHeadDim, so no column predicates. Is_split: split `split` of
+// params.num_splits, writing a partial (O, LSE) for the combine kernel (split_kv.h).
+template <class Traits, bool Is_causal, bool Is_even_K, bool Is_split>
 __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* smem, int m_block, int bidb,
-                                              int bidh) {
+                                              int bidh, int split) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -30,8 +32,8 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
 
   const BlockInfo binfo(params, bidb);
   if (m_block * kBlockM >= binfo.seqlen_q) return;
-  const NBlockRange range =
-      fwd_n_block_range(m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, Is_causal);
+  NBlockRange range = fwd_n_block_range(m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, Is_causal);
+  if constexpr (Is_split) range = split_n_block_range(range, params.num_splits, split);
   const int bidh_kv = bidh / (params.heads / params.heads_k);
   const int rows_left = binfo.seqlen_q - m_block * kBlockM;
 
@@ -149,16 +151,26 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
   }
   // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
   auto lse = softmax.finalize(tOrO_rc, params.softmax_scale);
-  write_o<Traits, Is_even_K>(tOrO, lse, gO, sO, gLSE, rows_left, params.head_dim, tidx);
+  if constexpr (Is_split) {
+    const index_t row0 = split * params.split_stride + binfo.lse_offset(params, bidb, bidh) + m_start;
+    write_o_partial<Traits>(tOrO, lse, params.oaccum_ptr + row0 * kHeadDim, params.lseaccum_ptr + row0, rows_left,
+                            tidx);
+  } else {
+    write_o<Traits, Is_even_K>(tOrO, lse, gO, sO, gLSE, rows_left, params.head_dim, tidx);
+  }
 }
 
-template <class Traits, bool Is_causal, bool Is_even_K>
+// grid: (query row blocks [x num_splits, splits slowest], batch, heads).
+template <class Traits, bool Is_causal, bool Is_even_K, bool Is_split>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_fwd_kernel(__grid_constant__ const FwdParams params) {
   extern __shared__ __align__(128) char smem[];
+  const int m_blocks = Is_split ? int(gridDim.x) / params.num_splits : int(gridDim.x);
+  const int split = Is_split ? int(blockIdx.x) / m_blocks : 0;
+  const int m_idx = Is_split ? int(blockIdx.x) % m_blocks : int(blockIdx.x);
   // Causal row blocks near the end of the sequence see the most keys: start them first so the
   // short ones fill the tail of the grid.
-  const int m_block = Is_causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  fwd_row_block<Traits, Is_causal, Is_even_K>(params, smem, m_block, blockIdx.y, blockIdx.z);
+  const int m_block = Is_causal ? m_blocks - 1 - m_idx : m_idx;
+  fwd_row_block<Traits, Is_causal, Is_even_K, Is_split>(params, smem, m_block, blockIdx.y, blockIdx.z, split);
 }
 
 }  // namespace flash_attn_cute

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include "combine.h"
 #include "fwd_api.h"
 #include "fwd_kernel.h"
 #include "kernel_traits.h"
@@ -20,18 +21,31 @@ struct ElementOf<DType::kBFloat16> {
   using type = cutlass::bfloat16_t;
 };
 
-template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK>
-cudaError_t run_fwd(FwdParams const& params, cudaStream_t stream) {
-  using Traits = FwdKernelTraits<kHeadDim, kIsCausal, typename ElementOf<kDType>::type>;
-  auto kernel = flash_fwd_kernel<Traits, kIsCausal, kIsEvenK>;
+// One launch of the forward kernel, whole (Is_split false) or split-KV.
+template <class Traits, bool kIsCausal, bool kIsEvenK, bool kIsSplit>
+cudaError_t launch_fwd_kernel(FwdParams const& params, cudaStream_t stream) {
+  auto kernel = flash_fwd_kernel<Traits, kIsCausal, kIsEvenK, kIsSplit>;
   constexpr int kSmemBytes = Traits::kSmemBytes;
   if (kSmemBytes >= 48 * 1024) {
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
     if (err != cudaSuccess) return err;
   }
-  const dim3 grid(ceil_div(params.seqlen_q, Traits::kBlockM), params.batch, params.heads);
+  const int m_blocks = ceil_div(params.seqlen_q, Traits::kBlockM);
+  const dim3 grid(m_blocks * (kIsSplit ? params.num_splits : 1), params.batch, params.heads);
   kernel<<<grid, Traits::kNThreads, kSmemBytes, stream>>>(params);
   return cudaPeekAtLastError();
+}
+
+// params.num_splits > 1: the split-KV kernel, then the combine (params.oaccum_ptr / lseaccum_ptr
+// hold num_splits * split_stride rows, allocated by the caller).
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK>
+cudaError_t run_fwd(FwdParams const& params, cudaStream_t stream) {
+  using Element = typename ElementOf<kDType>::type;
+  using Traits = FwdKernelTraits<kHeadDim, kIsCausal, Element>;
+  if (params.num_splits <= 1) return launch_fwd_kernel<Traits, kIsCausal, kIsEvenK, false>(params, stream);
+  const cudaError_t err = launch_fwd_kernel<Traits, kIsCausal, kIsEvenK, true>(params, stream);
+  if (err != cudaSuccess) return err;
+  return run_row_kernel(split_combine_kernel<Element>, params, stream);
 }
 
 }  // namespace flash_attn_cute

@@ -44,6 +44,15 @@ struct FwdParams {
   bool is_causal = false;
   DType dtype = DType::kBFloat16;
   int num_sms = 0;  // read off the device by the caller; used by launch heuristics
+
+  // Split-KV (num_splits > 1): split s of a query row block walks its share of the key blocks and
+  // writes its own O (fp32, normalised by its own sum) and LSE (-inf when it saw no key) for row r
+  // of softmax_lse's layout at oaccum_ptr[(s * split_stride + r) * kernel head dim + col] and
+  // lseaccum_ptr[s * split_stride + r]; the combine kernel merges them into o and softmax_lse.
+  int num_splits = 1;
+  float* oaccum_ptr = nullptr;
+  float* lseaccum_ptr = nullptr;
+  index_t split_stride = 0;  // the number of softmax_lse elements
 };
 
 // The backward reads everything the forward did (q, k, v, o, softmax_lse, sizes, scales) plus:
