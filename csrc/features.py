@@ -22,6 +22,9 @@ DEFAULT_ARCHS = ("80", "90")
 # The passes that get kernels: "fwd" (forward) and "bwd" (backward, dQ / dK / dV).
 PASSES = ("fwd", "bwd")
 
+# Kernels beside the instantiations that the forward's glue needs (the KV cache's row copies).
+FWD_SUPPORT_SOURCES = ("rotary_copy.cu",)
+
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = ROOT / "csrc" / "generated"
 
@@ -104,6 +107,8 @@ def generate():
     for stale in GENERATED.glob("*.cu"):
         if stale not in sources:
             stale.unlink()
+    if "fwd" in passes:
+        sources += [ROOT / "csrc" / name for name in FWD_SUPPORT_SOURCES]
     return sources
 
 

@@ -3,8 +3,10 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 
+#include "flash_attn_cute/split_kv.h"
 #include "flash_attn_cute/tile_size.h"
 
 namespace flash_attn_cute {
@@ -96,6 +98,49 @@ std::vector<int64_t> lse_shape(Problem const& p) {
   return {p.batch, p.heads, p.seqlen_q};
 }
 
+std::vector<at::Tensor> choose_splits(FwdParams& params, Problem const& p, at::Tensor const& lse, int64_t requested) {
+  const int kernel_head_dim = fwd_kernel_head_dim(int(p.head_dim));
+  const FwdTileShape tile = fwd_split_tile_shape(kernel_head_dim);
+  const int n_blocks = int((p.seqlen_k + tile.block_n - 1) / tile.block_n);
+  if (requested > 0) {
+    params.num_splits = int(std::min<int64_t>({requested, int64_t(kMaxSplits), std::max(n_blocks, 1)}));
+  } else {
+    // The plain kernel when its grid already fills the SMs (one CTA each); else as many splits as
+    // fill the split kernel's slots: CTAs per SM by shared memory, and by registers (255 each).
+    const FwdTileShape plain = fwd_tile_shape(kernel_head_dim, params.is_causal);
+    const int64_t plain_ctas = p.batch * p.heads * ((p.seqlen_q + plain.block_m - 1) / plain.block_m);
+    int smem_per_sm = 0;
+    cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, params.device);
+    const int by_smem = smem_per_sm / (fwd_smem_bytes(tile, kernel_head_dim) + 1024);
+    const int by_regs = 65536 / (256 * 32 * tile.n_warps);
+    const int slots = params.num_sms * std::max(1, std::min(by_smem, by_regs));
+    const int64_t ctas = p.batch * p.heads * ((p.seqlen_q + tile.block_m - 1) / tile.block_m);
+    params.num_splits = 10 * plain_ctas >= 8 * params.num_sms
+                            ? 1
+                            : num_splits_heuristic(int(std::min<int64_t>(ctas, 1 << 30)), slots, n_blocks, kMaxSplits);
+  }
+  if (params.num_splits <= 1) return {};
+  params.split_stride = lse.numel();
+  at::Tensor lseaccum = at::empty({params.num_splits, params.split_stride}, lse.options());
+  at::Tensor oaccum = at::empty({params.num_splits, params.split_stride, kernel_head_dim}, lse.options());
+  params.lseaccum_ptr = lseaccum.data_ptr<float>();
+  params.oaccum_ptr = oaccum.data_ptr<float>();
+  return {lseaccum, oaccum};
+}
+
+bool pack_gqa_rows(Problem& p, at::Tensor& q, at::Tensor& out) {
+  if (p.varlen || p.seqlen_q != 1 || p.heads == p.heads_k) return false;
+  const int64_t groups = p.heads / p.heads_k;
+  auto packed = [&](at::Tensor const& t) {
+    return t.squeeze(1).unflatten(1, {p.heads_k, groups}).transpose(1, 2);  // (batch, groups, heads_k, dim)
+  };
+  q = packed(q);
+  out = packed(out);
+  p.seqlen_q = groups;
+  p.heads = p.heads_k;
+  return true;
+}
+
 void fill_params(FwdParams& params, Problem const& p, at::Tensor const& q, at::Tensor const& k,
                  at::Tensor const& v, at::Tensor const& out, at::Tensor const& lse,
                  std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
@@ -119,7 +164,8 @@ void fill_params(FwdParams& params, Problem const& p, at::Tensor const& q, at::T
   params.softmax_scale_log2 = float(softmax_scale * M_LOG2E);
   params.is_causal = causal;
   params.dtype = p.dtype;
-  cudaDeviceGetAttribute(&params.num_sms, cudaDevAttrMultiProcessorCount, q.get_device());
+  params.device = q.get_device();
+  cudaDeviceGetAttribute(&params.num_sms, cudaDevAttrMultiProcessorCount, params.device);
 }
 
 }  // namespace flash_attn_cute

@@ -45,4 +45,16 @@ void fill_params(FwdParams& params, Problem const& p, at::Tensor const& q, at::T
 // softmax_lse's shape for a problem.
 std::vector<int64_t> lse_shape(Problem const& p);
 
+// Sets params.num_splits for the split-KV forward: `requested` > 0 asks for that many (at most
+// one per key block), 0 lets num_splits_heuristic decide. Allocates the partial outputs the split
+// kernel writes when there is more than one split; keep the returned tensors until the launch.
+std::vector<at::Tensor> choose_splits(FwdParams& params, Problem const& p, at::Tensor const& lse, int64_t requested);
+
+// Decoding one query row with GQA: the query heads that share a KV head become the rows of one
+// problem (FA2's seqlenq_ngroups_swapped), so each K / V block is read once per KV head. q and out
+// (batch, 1, heads, dim) are viewed as (batch, heads / heads_k, heads_k, dim) and softmax_lse is
+// written as (batch, heads_k, heads / heads_k), the same memory as (batch, heads, 1). Returns
+// whether the problem was packed (p, q, out updated; causal no longer matters for one row).
+bool pack_gqa_rows(Problem& p, at::Tensor& q, at::Tensor& out);
+
 }  // namespace flash_attn_cute

@@ -17,11 +17,19 @@ TORCH_LIBRARY(flash_attn_cute, m) {
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, Tensor(a!) dq, "
       "Tensor(b!) dk, Tensor(c!) dv, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "
       "int max_seqlen_k, float softmax_scale, bool causal, bool deterministic) -> ()");
+  m.def(
+      "rotary_copy(Tensor src, Tensor(a!) dst, Tensor? row_base, Tensor? dst_batch_idx, Tensor? block_table, "
+      "Tensor? cos, Tensor? sin, Tensor? pos_base, bool interleaved, bool pos_per_row) -> ()");
+  m.def(
+      "fwd_kvcache(Tensor q, Tensor k_cache, Tensor v_cache, Tensor(a!) out, Tensor seqused_k, Tensor? leftpad_k, "
+      "Tensor? kv_batch_idx, Tensor? block_table, float softmax_scale, bool causal, int num_splits) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(flash_attn_cute, CUDA, m) {
   m.impl("fwd", &flash_attn_cute::fwd);
   m.impl("bwd", &flash_attn_cute::bwd);
+  m.impl("rotary_copy", &flash_attn_cute::rotary_copy);
+  m.impl("fwd_kvcache", &flash_attn_cute::fwd_kvcache);
 }
 
 namespace {

@@ -18,4 +18,18 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
          std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
          int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, bool deterministic);
 
+// Copies src (batch, rows, heads, dim) into dst row by row (appending at row_base[b] of a dense,
+// batch-indexed or paged cache), rotating the first rotary_dim columns when cos / sin are given.
+void rotary_copy(at::Tensor const& src, at::Tensor& dst, std::optional<at::Tensor> const& row_base,
+                 std::optional<at::Tensor> const& dst_batch_idx, std::optional<at::Tensor> const& block_table,
+                 std::optional<at::Tensor> const& cos, std::optional<at::Tensor> const& sin,
+                 std::optional<at::Tensor> const& pos_base, bool interleaved, bool pos_per_row);
+
+// Attention of q over the first seqused_k[b] keys of a KV cache (dense, batch-indexed or paged);
+// writes out and returns softmax_lse. num_splits 0 picks the split count.
+at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tensor const& v_cache, at::Tensor& out,
+                       at::Tensor const& seqused_k, std::optional<at::Tensor> const& leftpad_k,
+                       std::optional<at::Tensor> const& kv_batch_idx, std::optional<at::Tensor> const& block_table,
+                       double softmax_scale, bool causal, int64_t num_splits);
+
 }  // namespace flash_attn_cute

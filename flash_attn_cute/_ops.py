@@ -52,6 +52,16 @@ if _C is not None:
                   max_seqlen_k, softmax_scale, causal, deterministic):
         return None
 
+    @torch.library.register_fake("flash_attn_cute::rotary_copy")
+    def _rotary_copy_fake(src, dst, row_base, dst_batch_idx, block_table, cos, sin, pos_base, interleaved,
+                          pos_per_row):
+        return None
+
+    @torch.library.register_fake("flash_attn_cute::fwd_kvcache")
+    def _fwd_kvcache_fake(q, k_cache, v_cache, out, seqused_k, leftpad_k, kv_batch_idx, block_table, softmax_scale,
+                          causal, num_splits):
+        return q.new_empty((q.size(0), q.size(2), q.size(1)), dtype=torch.float32)
+
 
 def _check_aligned_head_dim(q, name):
     if q.size(-1) % V.ALIGN_ELEMENTS:

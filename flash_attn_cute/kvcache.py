@@ -1,10 +1,12 @@
-"""flash_attn_with_kvcache (flash-attn 2.x signature): the argument checks are complete; the
-split-KV decode kernels they feed are the next step (issue 4), so a valid call raises
-NotImplementedError after the checks. No check reads a GPU tensor (a decode step stays
-capturable in a CUDA graph): values are checked only when they are Python ints or CPU tensors.
+"""flash_attn_with_kvcache (flash-attn 2.x signature): attention over a KV cache, dense or paged,
+with new keys and values appended in place and rotary embedding applied on the way. No check or
+kernel here reads a GPU tensor on the host, so a decode step can be captured in a CUDA graph and
+replayed with new cache_seqlens: values are checked only when they are Python ints or CPU tensors,
+and the kernels skip (never read or write) rows outside the cache.
 """
 import torch
 
+from . import _ops
 from . import validation as V
 
 MIN_PAGE_SIZE = 16  # pages hold whole 16-row MMA slabs
@@ -89,6 +91,12 @@ def check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
         rotary_dim = 2 * rotary_cos.size(1)
         if rotary_dim == 0 or rotary_dim > head_dim or rotary_dim % 16:
             V._fail(f"rotary_dim (2 * rotary_cos.size(1) = {rotary_dim}) must be a multiple of 16 in [16, {head_dim}]")
+        if k is None:
+            V._fail("rotary_cos / rotary_sin rotate the new keys: give k and v too")
+    capacity = block_table.size(1) * k_cache.size(1) if block_table is not None else k_cache.size(1)
+    if rotary_cos is not None and rotary_cos.size(0) < capacity:
+        V._fail(f"rotary_cos / rotary_sin have {rotary_cos.size(0)} positions; the cache holds {capacity} rows "
+                "per sequence and needs one position per row")
 
     if cache_seqlens is None:  # the whole cache is in use
         cache_seqlens = capacity
@@ -126,10 +134,37 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
     """q: (batch, seqlen_q, nheads, d); k_cache, v_cache: (batch_cache, seqlen_cache, nheads_k, d), or
     paged (num_blocks, page_size, nheads_k, d) with block_table (batch, max_blocks_per_seq) int32;
-    k, v: new keys/values (batch, seqlen_new, nheads_k, d) appended at cache_seqlens (int or int32
-    (batch,)). Returns out like q, or (out, softmax_lse) with return_softmax_lse."""
+    k, v: new keys/values (batch, seqlen_new, nheads_k, d) written into the cache at cache_seqlens (int
+    or int32 (batch,)) and attended to in the same call; rotary_cos / rotary_sin (seqlen_ro,
+    rotary_dim / 2) rotate them and q (q at cache_seqlens + its row when causal, else at
+    cache_seqlens). cache_batch_idx picks the cache entry of each sequence; cache_leftpad[b] is where
+    sequence b's keys start. Returns out like q, or (out, softmax_lse (batch, nheads, seqlen_q)) with
+    return_softmax_lse."""
     V.check_not_implemented(window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
     check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
                   block_table, num_splits)
-    raise NotImplementedError("flash_attn_cute: flash_attn_with_kvcache (split-KV decode) is not implemented yet; "
-                              "its arguments were checked and are valid")
+    _ops._require_kernel(q.dtype, q.size(-1), causal)
+    if softmax_scale is None:
+        softmax_scale = q.size(-1) ** -0.5
+    batch = q.size(0)
+    if not isinstance(cache_seqlens, torch.Tensor):
+        rows = (block_table.size(1) * k_cache.size(1) if block_table is not None else k_cache.size(1)) \
+            if cache_seqlens is None else cache_seqlens
+        cache_seqlens = torch.full((batch,), rows, dtype=torch.int32, device=q.device)
+    seqused_k = cache_seqlens
+    if k is not None:
+        cos, sin = (None, None) if rotary_cos is None else (rotary_cos.contiguous(), rotary_sin.contiguous())
+        ops = torch.ops.flash_attn_cute
+        ops.rotary_copy(k, k_cache, cache_seqlens, cache_batch_idx, block_table, cos, sin, cache_seqlens,
+                        rotary_interleaved, True)
+        ops.rotary_copy(v, v_cache, cache_seqlens, cache_batch_idx, block_table, None, None, None, False, True)
+        if cos is not None:
+            # q's rows sit after the cache's keys: at their own positions when causal, else all at the first.
+            q_rotated = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+            ops.rotary_copy(q, q_rotated, None, None, None, cos, sin, cache_seqlens, rotary_interleaved, causal)
+            q = q_rotated
+        seqused_k = cache_seqlens + k.size(1)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.ops.flash_attn_cute.fwd_kvcache(q, k_cache, v_cache, out, seqused_k, cache_leftpad, cache_batch_idx,
+                                                block_table, softmax_scale, causal, num_splits)
+    return (out, lse) if return_softmax_lse else out

@@ -17,7 +17,7 @@ import math
 
 import torch
 
-__all__ = ["attention_ref", "attention_varlen_ref"]
+__all__ = ["attention_ref", "attention_varlen_ref", "rotary_ref"]
 
 
 def _compute_dtype(dtype, upcast):
@@ -119,3 +119,22 @@ def attention_varlen_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False,
         out[q0:q1] = o_b[0]
         lse[:, q0:q1] = lse_b[0]
     return out, lse
+
+
+def rotary_ref(x, cos, sin, positions, interleaved=True):
+    """Rotary embedding of x (seqlen, nheads, d) in float32: row i is rotated by the angles of
+    position positions[i], i.e. by cos[positions[i]] / sin[positions[i]] (each (rotary_dim / 2,)),
+    on its first rotary_dim = 2 * cos.size(1) columns; the rest pass through. interleaved pairs
+    columns (2j, 2j + 1), otherwise (j, j + rotary_dim / 2) (GPT-NeoX style)."""
+    rotary_dim = 2 * cos.size(1)
+    x = x.float()
+    c = cos[positions].float().unsqueeze(1)  # (seqlen, 1, rotary_dim / 2)
+    s = sin[positions].float().unsqueeze(1)
+    xr = x[..., :rotary_dim]
+    if interleaved:
+        x1, x2 = xr[..., 0::2], xr[..., 1::2]
+        rotated = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2)
+    else:
+        x1, x2 = xr.chunk(2, dim=-1)
+        rotated = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+    return torch.cat((rotated, x[..., rotary_dim:]), dim=-1)

@@ -4,6 +4,7 @@
 #   usage: bash scripts/gpu_check.sh [pytest args...]
 #   env:   FLASH_ATTN_CUTE_{HDIMS,DTYPES,ARCHS,PASSES} (default arch 90), BENCH_ARGS, SKIP_BENCH=1,
 #          SKIP_TESTS=1, SKIP_BUILD=1 (reuse the installed build), EXAMPLE=1 (run examples/train_gpt.py),
+#          DECODE_BENCH=1 (run benchmarks/bench_decode.py with DECODE_ARGS),
 #          DEV_BUILD_TIMING=1 (also time a one-head-dim, one-dtype build from scratch)
 #   Kernel objects in .prebuilt/ (scripts/prebuild_kernels.py, carried along) are linked, not compiled.
 set -uo pipefail
@@ -39,6 +40,9 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   python3 benchmarks/bench_attention.py --out "$OUT/bench" ${BENCH_ARGS:-} 2>"$OUT/bench.err" | tail -60
+fi
+if [ "${DECODE_BENCH:-0}" = 1 ]; then
+  python3 benchmarks/bench_decode.py --out "$OUT/decode" ${DECODE_ARGS:-} 2>"$OUT/decode.err" | tail -45
 fi
 if [ "${EXAMPLE:-0}" = 1 ]; then
   python3 examples/train_gpt.py --out "$OUT/train_gpt" 2>&1 | tee "$OUT/train_gpt.log" | tail -16

@@ -24,3 +24,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_cuda)
         if item.get_closest_marker("sm90") is not None and not has_sm90:
             item.add_marker(skip_sm90)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A partial build (FLASH_ATTN_CUTE_HDIMS / _DTYPES / _PASSES) skips the tests of the kernels it
+    left out, with the reason, instead of failing them."""
+    outcome = yield
+    report = outcome.get_result()
+    exc = call.excinfo
+    if report.when == "call" and exc is not None and exc.errisinstance(NotImplementedError) \
+            and "this build has no" in str(exc.value):
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {exc.value}")

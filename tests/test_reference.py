@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from flash_attn_cute.reference import attention_ref, attention_varlen_ref
+from flash_attn_cute.reference import attention_ref, attention_varlen_ref, rotary_ref
 
 
 def _randn(*shape, seed, dtype=torch.float64):
@@ -199,3 +199,24 @@ def test_gradcheck_float64():
     for causal in (False, True):
         torch.autograd.gradcheck(lambda q, k, v: attention_ref(q, k, v, causal=causal)[0],
                                  tuple(x.clone().requires_grad_() for x in (q, k, v)))
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+def test_rotary_ref_rotates_pairs(interleaved):
+    """Rotary embedding against its definition: each pair (x1, x2) becomes its complex product with
+    exp(i * theta); columns past rotary_dim pass through; the pair norms are kept."""
+    torch.manual_seed(0)
+    seqlen, nheads, d, rotary_dim = 5, 3, 32, 16
+    theta = torch.rand(50, rotary_dim // 2) * 6.3
+    cos, sin = theta.cos(), theta.sin()
+    positions = torch.tensor([0, 7, 7, 49, 3])
+    x = torch.randn(seqlen, nheads, d)
+    out = rotary_ref(x, cos, sin, positions, interleaved)
+    half = rotary_dim // 2
+    pairs = [(2 * j, 2 * j + 1) if interleaved else (j, j + half) for j in range(half)]
+    for i, pos in enumerate(positions.tolist()):
+        for j, (a, b) in enumerate(pairs):
+            z = torch.complex(x[i, :, a], x[i, :, b]) * torch.polar(torch.ones(()), theta[pos, j])
+            torch.testing.assert_close(out[i, :, a], z.real)
+            torch.testing.assert_close(out[i, :, b], z.imag)
+    assert torch.equal(out[..., rotary_dim:], x[..., rotary_dim:])

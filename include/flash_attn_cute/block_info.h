@@ -14,34 +14,47 @@ namespace flash_attn_cute {
 
 FLASH_HOST_DEVICE constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-// Sequence lengths and element offsets of one batch entry (fixed-length or varlen).
+// Sequence lengths and element offsets of one batch entry (fixed-length or varlen, with the
+// optional per-sequence key counts, left padding and batch indirection of FwdParams).
 struct BlockInfo {
   int seqlen_q;
   int seqlen_k;
   index_t q_row_start;  // first row of this sequence in a (total, heads, dim) varlen tensor, else 0
-  index_t k_row_start;
+  index_t k_row_start;  // first key row: cu_seqlens_k[b] in varlen mode, plus leftpad_k[b]
+  int k_batch;          // the batch entry of k / v (0 in varlen mode and for a paged cache)
   bool is_varlen;
 
   // In varlen mode a sequence longer than max_seqlen_q / max_seqlen_k (a caller error that cannot be
   // checked without reading the device's cu_seqlens) is cut to it: the grids and scratch buffers
   // are sized by the maxima, so the kernels never index past them.
   FLASH_HOST_DEVICE BlockInfo(FwdParams const& params, int bidb)
-      : seqlen_q(params.cu_seqlens_q ? clamp_length(params.cu_seqlens_q[bidb + 1] - params.cu_seqlens_q[bidb],
-                                                    params.seqlen_q)
+      : seqlen_q(params.cu_seqlens_q ? clamp(params.cu_seqlens_q[bidb + 1] - params.cu_seqlens_q[bidb], 0,
+                                             params.seqlen_q)
                                      : params.seqlen_q),
-        seqlen_k(params.cu_seqlens_k ? clamp_length(params.cu_seqlens_k[bidb + 1] - params.cu_seqlens_k[bidb],
-                                                    params.seqlen_k)
-                                     : params.seqlen_k),
         q_row_start(params.cu_seqlens_q ? params.cu_seqlens_q[bidb] : 0),
-        k_row_start(params.cu_seqlens_k ? params.cu_seqlens_k[bidb] : 0),
-        is_varlen(params.cu_seqlens_q != nullptr) {}
-
-  // Element offset of row 0 of (batch bidb, head h) in a Q-side / K-side tensor.
-  FLASH_HOST_DEVICE index_t q_offset(TensorView const& t, int bidb, int h) const {
-    return row_offset(t, bidb, q_row_start, is_varlen) + h * t.head_stride;
+        is_varlen(params.cu_seqlens_q != nullptr) {
+    int used = params.cu_seqlens_k ? params.cu_seqlens_k[bidb + 1] - params.cu_seqlens_k[bidb] : params.seqlen_k;
+    if (params.seqused_k) used = params.seqused_k[bidb];
+    const int leftpad = params.leftpad_k ? clamp(params.leftpad_k[bidb], 0, params.seqlen_k) : 0;
+    seqlen_k = clamp(used - leftpad, 0, params.seqlen_k - leftpad);
+    k_row_start = (params.cu_seqlens_k ? params.cu_seqlens_k[bidb] : 0) + leftpad;
+    k_batch = params.cu_seqlens_k || params.block_table ? 0 : bidb;
+    if (params.kv_batch_idx) {
+      k_batch = params.kv_batch_idx[bidb];
+      if (k_batch < 0 || k_batch >= params.kv_batch) {
+        k_batch = 0;
+        seqlen_k = 0;
+      }
+    }
   }
-  FLASH_HOST_DEVICE index_t k_offset(TensorView const& t, int bidb, int h) const {
-    return row_offset(t, bidb, k_row_start, is_varlen) + h * t.head_stride;
+
+  // Element offset of row 0 of (batch bidb, head h) in a Q-side tensor, and of key row 0 of head h
+  // in a K-side one (for a paged cache: of head h in page 0).
+  FLASH_HOST_DEVICE index_t q_offset(TensorView const& t, int bidb, int h) const {
+    return (is_varlen ? q_row_start * t.row_stride : bidb * t.batch_stride) + h * t.head_stride;
+  }
+  FLASH_HOST_DEVICE index_t k_offset(TensorView const& t, int h) const {
+    return k_batch * t.batch_stride + k_row_start * t.row_stride + h * t.head_stride;
   }
   // Offset of row 0 of (batch bidb, head h) in softmax_lse.
   FLASH_HOST_DEVICE index_t lse_offset(FwdParams const& params, int bidb, int h) const {
@@ -55,13 +68,16 @@ struct BlockInfo {
   }
 
  private:
-  FLASH_HOST_DEVICE static int clamp_length(int length, int max_length) {
-    return length < max_length ? length : max_length;
-  }
-  FLASH_HOST_DEVICE static index_t row_offset(TensorView const& t, int bidb, index_t row_start, bool varlen) {
-    return varlen ? row_start * t.row_stride : bidb * t.batch_stride;
-  }
+  FLASH_HOST_DEVICE static int clamp(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }
 };
+
+// Element offset (head excluded) of key row `row` of sequence bidb in a paged K or V, or -1 when the
+// block table sends it to a page outside the cache. row < params.seqlen_k, the table's capacity.
+FLASH_HOST_DEVICE index_t paged_row_offset(FwdParams const& params, TensorView const& t, int bidb, int row) {
+  const int page = params.block_table[bidb * params.block_table_batch_stride + row / params.page_size];
+  if (page < 0 || page >= params.kv_batch) return -1;
+  return page * t.batch_stride + index_t(row % params.page_size) * t.row_stride;
+}
 
 // Key blocks visited by one query row block, walked from n_block_max - 1 down to n_block_min.
 // The top n_masked_steps blocks hold at least one invisible (row, key) pair and run the masked

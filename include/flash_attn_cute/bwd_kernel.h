@@ -50,7 +50,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   auto tile_nk = Shape<Int<kBlockN>, Int<kHeadDim>>{};
   auto tile_mk = Shape<Int<kBlockM>, Int<kHeadDim>>{};
   auto k_side_tile = [&](TensorView const& t) {  // (kBlockN, kHeadDim) of this CTA's KV head
-    Element* ptr = static_cast<Element*>(t.ptr) + binfo.k_offset(t, bidb, bidh_kv) + n_start * t.row_stride;
+    Element* ptr = static_cast<Element*>(t.ptr) + binfo.k_offset(t, bidh_kv) + n_start * t.row_stride;
     return make_tensor(make_gmem_ptr(ptr), tile_nk, make_stride(t.row_stride, _1{}));
   };
   auto q_side_tile = [&](TensorView const& t, int bidh, int m_block) {  // (kBlockM, kHeadDim)

@@ -19,8 +19,9 @@ namespace flash_attn_cute {
 
 using namespace cute;
 
-// Is_even_K: head_dim == kHeadDim, so no column predicates. Is_split: split `split` of
-// params.num_splits, writing a partial (O, LSE) for the combine kernel (split_kv.h).
+// Is_even_K: head_dim == kHeadDim, so no column predicates. Is_split: the split-KV kernel. It runs
+// split `split` of params.num_splits and writes a partial (O, LSE) for the combine kernel
+// (split_kv.h), or O and LSE themselves when num_splits is 1; it also reads paged K / V.
 template <class Traits, bool Is_causal, bool Is_even_K, bool Is_split>
 __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* smem, int m_block, int bidb,
                                               int bidh, int split) {
@@ -41,8 +42,8 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
   auto tile_mk = Shape<Int<kBlockM>, Int<kHeadDim>>{};
   Element* q_ptr = static_cast<Element*>(params.q.ptr) + binfo.q_offset(params.q, bidb, bidh);
   Element* o_ptr = static_cast<Element*>(params.o.ptr) + binfo.q_offset(params.o, bidb, bidh);
-  Element* k_ptr = static_cast<Element*>(params.k.ptr) + binfo.k_offset(params.k, bidb, bidh_kv);
-  Element* v_ptr = static_cast<Element*>(params.v.ptr) + binfo.k_offset(params.v, bidb, bidh_kv);
+  Element* k_ptr = static_cast<Element*>(params.k.ptr) + binfo.k_offset(params.k, bidh_kv);
+  Element* v_ptr = static_cast<Element*>(params.v.ptr) + binfo.k_offset(params.v, bidh_kv);
   const index_t m_start = index_t(m_block) * kBlockM;
   Tensor gQ = make_tensor(make_gmem_ptr(q_ptr + m_start * params.q.row_stride), tile_mk,
                           make_stride(params.q.row_stride, _1{}));  // (kBlockM, kHeadDim)
@@ -80,9 +81,21 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
       make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));  // (CPY, CPY_N, CPY_K) -> (n, k)
   // Only the top key block can end past seqlen_k, and it always runs a masked step: the
   // mask-free steps skip the row predicate.
-  auto load_kv = [&](auto const& tgmem, auto& tsmem, int n_block, auto is_masked) {
-    copy_or_zero<decltype(is_masked)::value, !Is_even_K>(gmem_tiled_copy, tgmem(_, _, _, n_block), tsmem, tKVcKV,
-                                                         binfo.seqlen_k - n_block * kBlockN, params.head_dim);
+  // head_ptr / view: head bidh_kv of K or V; a paged cache finds each row's page from the block table.
+  auto load_kv = [&](auto const& tgmem, auto& tsmem, Element const* head_ptr, TensorView const& view, int n_block,
+                     auto is_masked) {
+    constexpr bool kCheckRows = decltype(is_masked)::value;
+    const int rows_valid = binfo.seqlen_k - n_block * kBlockN;
+    if constexpr (Is_split) {
+      if (params.block_table != nullptr) {
+        auto row_offset = [&](int row) { return paged_row_offset(params, view, bidb, n_block * kBlockN + row); };
+        copy_rows_or_zero<kCheckRows, !Is_even_K>(gmem_tiled_copy, head_ptr, row_offset, tsmem, tKVcKV, rows_valid,
+                                                  params.head_dim);
+        return;
+      }
+    }
+    copy_or_zero<kCheckRows, !Is_even_K>(gmem_tiled_copy, tgmem(_, _, _, n_block), tsmem, tKVcKV, rows_valid,
+                                         params.head_dim);
   };
 
   // MMA partitions: S = Q K^T, O = P V.
@@ -112,14 +125,14 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
     clear(tSrS);
     cp_async_wait<0>();
     __syncthreads();  // K(n_block) has landed; every warp is done reading V(n_block + 1)
-    load_kv(tVgV, tVsV, n_block, is_masked);
+    load_kv(tVgV, tVsV, v_ptr, params.v, n_block, is_masked);
     cp_async_fence();
     gemm_ss(tiled_mma, tSrS, tSrQ, tSrK, tSsQ, tSsK, smem_tiled_copy_Q, smem_tiled_copy_K, tidx);
     if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScS, int(m_start), n_block * kBlockN);
     cp_async_wait<0>();
     __syncthreads();  // V(n_block) has landed; every warp is done reading K(n_block) and Q
     if (n_block > range.n_block_min) {
-      load_kv(tKgK, tKsK, n_block - 1, cute::false_type{});
+      load_kv(tKgK, tKsK, k_ptr, params.k, n_block - 1, cute::false_type{});
       cp_async_fence();
     }
     Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
@@ -136,7 +149,7 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
 
   if (range.n_block_max > range.n_block_min) {
     copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, tQgQ, tQsQ, tQcQ, rows_left, params.head_dim);
-    load_kv(tKgK, tKsK, range.n_block_max - 1, cute::true_type{});
+    load_kv(tKgK, tKsK, k_ptr, params.k, range.n_block_max - 1, cute::true_type{});
     cp_async_fence();
     int n_block = range.n_block_max - 1;
     // The first step always runs masked (a no-op mask when its block is fully visible), so only
@@ -151,7 +164,7 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
   }
   // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
   auto lse = softmax.finalize(tOrO_rc, params.softmax_scale);
-  if constexpr (Is_split) {
+  if (Is_split && params.num_splits > 1) {
     const index_t row0 = split * params.split_stride + binfo.lse_offset(params, bidb, bidh) + m_start;
     write_o_partial<Traits>(tOrO, lse, params.oaccum_ptr + row0 * kHeadDim, params.lseaccum_ptr + row0, rows_left,
                             tidx);

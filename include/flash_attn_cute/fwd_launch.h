@@ -36,15 +36,18 @@ cudaError_t launch_fwd_kernel(FwdParams const& params, cudaStream_t stream) {
   return cudaPeekAtLastError();
 }
 
-// params.num_splits > 1: the split-KV kernel, then the combine (params.oaccum_ptr / lseaccum_ptr
-// hold num_splits * split_stride rows, allocated by the caller).
+// The split-KV kernel where params.uses_split_kernel(), then the combine when num_splits > 1
+// (params.oaccum_ptr / lseaccum_ptr hold num_splits * split_stride rows, allocated by the caller).
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK>
 cudaError_t run_fwd(FwdParams const& params, cudaStream_t stream) {
   using Element = typename ElementOf<kDType>::type;
-  using Traits = FwdKernelTraits<kHeadDim, kIsCausal, Element>;
-  if (params.num_splits <= 1) return launch_fwd_kernel<Traits, kIsCausal, kIsEvenK, false>(params, stream);
-  const cudaError_t err = launch_fwd_kernel<Traits, kIsCausal, kIsEvenK, true>(params, stream);
-  if (err != cudaSuccess) return err;
+  if (!params.uses_split_kernel()) {
+    return launch_fwd_kernel<FwdKernelTraits<kHeadDim, kIsCausal, Element>, kIsCausal, kIsEvenK, false>(params,
+                                                                                                        stream);
+  }
+  using SplitTraits = FwdKernelTraits<kHeadDim, kIsCausal, Element, true>;
+  const cudaError_t err = launch_fwd_kernel<SplitTraits, kIsCausal, kIsEvenK, true>(params, stream);
+  if (err != cudaSuccess || params.num_splits <= 1) return err;
   return run_row_kernel(split_combine_kernel<Element>, params, stream);
 }
 

@@ -38,12 +38,14 @@ struct GmemCopies {
                                                   ThreadLayout{}, VectorLayout{}));
 };
 
-template <int kHeadDim_, bool kIsCausal, typename Element_>
+// kIsSplit: the split-KV kernel's tile (fwd_split_tile_shape).
+template <int kHeadDim_, bool kIsCausal, typename Element_, bool kIsSplit = false>
 struct FwdKernelTraits {
   using Element = Element_;
   using ElementAccum = float;
 
-  static constexpr FwdTileShape kTile = fwd_tile_shape(kHeadDim_, kIsCausal);
+  static constexpr FwdTileShape kTile =
+      kIsSplit ? fwd_split_tile_shape(kHeadDim_) : fwd_tile_shape(kHeadDim_, kIsCausal);
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
@@ -78,6 +80,7 @@ struct FwdKernelTraits {
   static constexpr int kSmemQBytes = cosize_v<SmemLayoutQ> * sizeof(Element);
   static constexpr int kSmemKVBytes = cosize_v<SmemLayoutKV> * sizeof(Element);
   static constexpr int kSmemBytes = kSmemQBytes + 2 * kSmemKVBytes;
+  static_assert(kSmemBytes == fwd_smem_bytes(kTile, kHeadDim));
 
   using GmemTiledCopyQKV = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyAsync;
   using GmemTiledCopyO = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyStore;

@@ -4,6 +4,12 @@
 
 #include <cstdint>
 
+#if defined(__CUDACC__)
+#define FLASH_PARAMS_HOST_DEVICE __host__ __device__
+#else
+#define FLASH_PARAMS_HOST_DEVICE
+#endif
+
 namespace flash_attn_cute {
 
 using index_t = int64_t;
@@ -32,11 +38,28 @@ struct FwdParams {
   int heads_k = 0;             // heads % heads_k == 0; query head h reads K/V head h / (heads / heads_k)
   int head_dim = 0;            // the real head dim: a multiple of 8, at most the kernel's kHeadDim
   int seqlen_q = 0;            // max_seqlen_q in varlen mode
-  int seqlen_k = 0;            // max_seqlen_k in varlen mode
+  int seqlen_k = 0;            // max_seqlen_k in varlen mode; the cache capacity in rows when paged
 
   // Varlen: int32 prefix sums of length batch + 1, or nullptr for fixed-length batches.
   const int* cu_seqlens_q = nullptr;
   const int* cu_seqlens_k = nullptr;
+
+  // Keys in use per sequence, all optional (nullptr: none). seqused_k[b]: sequence b uses its first
+  // seqused_k[b] key rows (the KV cache's cache_seqlens + new keys). leftpad_k[b]: its keys start
+  // at row leftpad_k[b] (and it uses seqused_k[b] - leftpad_k[b] of them). kv_batch_idx[b]: the
+  // batch entry of k / v that sequence b reads. Lengths are cut to [0, seqlen_k] and an index out
+  // of [0, kv_batch) gives the sequence no keys: the kernels never read outside k and v.
+  const int* seqused_k = nullptr;
+  const int* leftpad_k = nullptr;
+  const int* kv_batch_idx = nullptr;
+  int kv_batch = 0;  // k's and v's first dimension: batch entries, or pages when paged
+
+  // Paged K / V (read by the split-KV kernel): key row r of sequence b is row r % page_size of page
+  // block_table[b * block_table_batch_stride + r / page_size]; k.batch_stride is the page stride.
+  // A page index outside [0, kv_batch) reads as zeros.
+  const int* block_table = nullptr;
+  index_t block_table_batch_stride = 0;
+  int page_size = 0;
 
   float softmax_scale = 0.f;       // applied to q.k before the softmax
   float softmax_scale_log2 = 0.f;  // softmax_scale * log2(e): the kernel exponentiates with exp2
@@ -44,15 +67,21 @@ struct FwdParams {
   bool is_causal = false;
   DType dtype = DType::kBFloat16;
   int num_sms = 0;  // read off the device by the caller; used by launch heuristics
+  int device = 0;   // the CUDA device the launch runs on
 
   // Split-KV (num_splits > 1): split s of a query row block walks its share of the key blocks and
   // writes its own O (fp32, normalised by its own sum) and LSE (-inf when it saw no key) for row r
   // of softmax_lse's layout at oaccum_ptr[(s * split_stride + r) * kernel head dim + col] and
   // lseaccum_ptr[s * split_stride + r]; the combine kernel merges them into o and softmax_lse.
+  // The split-KV kernel also runs with num_splits == 1 (for a paged cache) and then writes o and
+  // softmax_lse itself.
   int num_splits = 1;
   float* oaccum_ptr = nullptr;
   float* lseaccum_ptr = nullptr;
   index_t split_stride = 0;  // the number of softmax_lse elements
+
+  // The split-KV kernel is needed for more than one split or a paged cache.
+  FLASH_PARAMS_HOST_DEVICE bool uses_split_kernel() const { return num_splits > 1 || block_table != nullptr; }
 };
 
 // The backward reads everything the forward did (q, k, v, o, softmax_lse, sizes, scales) plus:

@@ -12,19 +12,20 @@ namespace flash_attn_cute {
 inline constexpr int kMaxSplits = 128;
 
 // The number of splits for a launch of `ctas` CTAs (batch * heads * query row blocks), each over
-// `n_blocks` key blocks, on `num_sms` SMs (one CTA per SM at a time). A launch that already fills
-// most SMs is not split. Otherwise every split count s whose last wave is fullest is a candidate
-// (efficiency = waves / ceil(waves) with waves = ctas * s / num_sms); the smallest s within 85 % of
-// the best efficiency wins, as splits cost a combine pass and partial outputs. Counts that give
-// the same blocks per split as s - 1 only add empty splits and are skipped.
-FLASH_HOST_DEVICE constexpr int num_splits_heuristic(int ctas, int num_sms, int n_blocks, int max_splits) {
-  if (ctas <= 0 || num_sms <= 0 || n_blocks <= 1 || 10 * ctas >= 8 * num_sms) return 1;
-  int limit = max_splits < num_sms ? max_splits : num_sms;
+// `n_blocks` key blocks, on a device that runs `slots` of these CTAs at once (SMs times CTAs per
+// SM). A launch that already fills most slots is not split. Otherwise every split count s whose
+// last wave is fullest is a candidate (efficiency = waves / ceil(waves) with waves = ctas * s /
+// slots); the smallest s within 85 % of the best efficiency wins, as splits cost a combine pass and
+// partial outputs. Counts that give the same blocks per split as s - 1 only add empty splits and are
+// skipped.
+FLASH_HOST_DEVICE constexpr int num_splits_heuristic(int ctas, int slots, int n_blocks, int max_splits) {
+  if (ctas <= 0 || slots <= 0 || n_blocks <= 1 || 10 * ctas >= 8 * slots) return 1;
+  int limit = max_splits < slots ? max_splits : slots;
   if (limit > n_blocks) limit = n_blocks;
   if (limit > kMaxSplits) limit = kMaxSplits;
   auto efficiency = [&](int s) {
-    const float waves = float(ctas) * s / num_sms;
-    return waves / float(ceil_div(ctas * s, num_sms));
+    const float waves = float(ctas) * s / slots;
+    return waves / float(ceil_div(ctas * s, slots));
   };
   auto useful = [&](int s) { return s == 1 || ceil_div(n_blocks, s) != ceil_div(n_blocks, s - 1); };
   float best = 0.f;

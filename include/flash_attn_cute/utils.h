@@ -104,6 +104,30 @@ __device__ __forceinline__ void copy_or_zero(TiledCopy const& tiled_copy, Tensor
   }
 }
 
+// copy_or_zero for sources whose rows are found one by one (a paged KV cache): tile row r starts at
+// src + row_offset(r), or does not exist when row_offset(r) < 0 and is zeroed like rows past max_row.
+template <bool Check_rows, bool Check_cols, class TiledCopy, class Element, class RowOffset, class TensorD,
+          class TensorC>
+__device__ __forceinline__ void copy_rows_or_zero(TiledCopy const& tiled_copy, Element const* src,
+                                                  RowOffset const& row_offset, TensorD&& tD, TensorC const& tC,
+                                                  int max_row, int max_col) {
+#pragma unroll
+  for (int m = 0; m < size<1>(tD); ++m) {
+    const int row = get<0>(tC(0, m, 0));
+    const int64_t offset = !Check_rows || row < max_row ? row_offset(row) : -1;
+#pragma unroll
+    for (int k = 0; k < size<2>(tD); ++k) {
+      const int col = get<1>(tC(0, m, k));
+      if (offset >= 0 && (!Check_cols || col < max_col)) {
+        Tensor tS = make_tensor(make_gmem_ptr(src + offset + col), make_layout(shape(tD(_, m, k))));
+        copy(tiled_copy, tS, tD(_, m, k));
+      } else {
+        clear(tD(_, m, k));
+      }
+    }
+  }
+}
+
 // The same walk for stores: vectors outside the bounds are skipped.
 template <bool Check_cols, class TiledCopy, class TensorS, class TensorD, class TensorC>
 __device__ __forceinline__ void copy_in_bounds(TiledCopy const& tiled_copy, TensorS const& tS, TensorD&& tD,

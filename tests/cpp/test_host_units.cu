@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "flash_attn_cute/block_info.h"
+#include "flash_attn_cute/rotary_copy.h"
 #include "flash_attn_cute/mask.h"
 #include "flash_attn_cute/params.h"
 #include "flash_attn_cute/split_kv.h"
@@ -79,6 +80,14 @@ void test_tile_table() {
     }
   }
   CHECK_EQ(kFwdHeadDims[n_dims - 1], kMaxHeadDim, "the largest kernel head dim is kMaxHeadDim");
+  // The split-KV tile: one 16-row warp; at least four CTAs share a 228 KB SM at every head dim.
+  for (int i = 0; i < n_dims; ++i) {
+    const FwdTileShape split = fwd_split_tile_shape(kFwdHeadDims[i]);
+    CHECK(split.block_m == 16 * split.n_warps, fmt("split tile of hdim %d: one 16-row slab per warp", kFwdHeadDims[i]));
+    CHECK(4 * (fwd_smem_bytes(split, kFwdHeadDims[i]) + 1024) <= 228 * 1024,
+          fmt("split tile of hdim %d: four CTAs per SM", kFwdHeadDims[i]));
+  }
+  CHECK_EQ(fwd_smem_bytes(fwd_split_tile_shape(128), 128), 36864, "split tile smem at hdim 128");
 
   // Every supported head dim maps to the smallest kernel head dim >= it (found independently).
   for (int h = 8; h <= 256; h += 8) {
@@ -591,7 +600,7 @@ void test_block_info() {
     CHECK_EQ(bi.seqlen_k, 3000, "fixed: seqlen_k");
     CHECK(!bi.is_varlen, "fixed: not varlen");
     CHECK_EQ(bi.q_offset(p.q, 3, 5), 3L * 2048000 + 5 * 128, "fixed: q_offset(b 3, h 5)");
-    CHECK_EQ(bi.k_offset(p.k, 3, 1), 3L * 768000 + 1 * 128, "fixed: k_offset(b 3, h 1)");
+    CHECK_EQ(bi.k_offset(p.k, 1), 3L * 768000 + 1 * 128, "fixed: k_offset(b 3, h 1)");
     CHECK_EQ(bi.lse_offset(p, 3, 5), 3L * 16000 + 5 * 1000, "fixed: lse_offset(b 3, h 5)");
     const BlockInfo b0(p, 0);
     CHECK_EQ(b0.q_offset(p.q, 0, 0), 0, "fixed: q_offset(b 0, h 0)");
@@ -609,7 +618,7 @@ void test_block_info() {
     const BlockInfo bi(p, 3);
     CHECK_EQ(bi.q_offset(p.q, 3, 127), 3221225472LL + 127 * 128, "fixed 64-bit: q_offset(b 3, h 127)");
     CHECK(bi.q_offset(p.q, 3, 127) > k2to31, "fixed 64-bit: q_offset exceeds 2^31");
-    CHECK_EQ(bi.k_offset(p.k, 3, 0), 3221225472LL, "fixed 64-bit: k_offset(b 3, h 0)");
+    CHECK_EQ(bi.k_offset(p.k, 0), 3221225472LL, "fixed 64-bit: k_offset(b 3, h 0)");
     CHECK_EQ(bi.lse_offset(p, 3, 1), 3221225472LL + 65536, "fixed 64-bit: lse_offset(b 3, h 1)");
   }
   {
@@ -646,11 +655,11 @@ void test_block_info() {
     CHECK_EQ(BlockInfo(short_max, 3).seqlen_q, 20, "varlen: seqlen_q 28 cut to max_seqlen_q 20");
     CHECK_EQ(BlockInfo(short_max, 2).seqlen_k, 10, "varlen: seqlen_k 23 cut to max_seqlen_k 10");
     CHECK_EQ(BlockInfo(short_max, 0).seqlen_q, 5, "varlen: seqlen_q 5 under the max is kept");
-    CHECK_EQ(b1.k_offset(p.k, 1, 2), 7 * 256 + 2 * 64, "varlen: k_offset(b 1, h 2)");
+    CHECK_EQ(b1.k_offset(p.k, 2), 7 * 256 + 2 * 64, "varlen: k_offset(b 1, h 2)");
     CHECK_EQ(b1.lse_offset(p, 1, 3), 5 + 3 * 40, "varlen: lse_offset(b 1, h 3)");
     const BlockInfo b3(p, 3);
     CHECK_EQ(b3.q_offset(p.q, 3, 7), 12 * 512 + 7 * 64, "varlen: q_offset(b 3, h 7)");
-    CHECK_EQ(b3.k_offset(p.k, 3, 0), 30 * 256, "varlen: k_offset(b 3, h 0)");
+    CHECK_EQ(b3.k_offset(p.k, 0), 30 * 256, "varlen: k_offset(b 3, h 0)");
     CHECK_EQ(b3.lse_offset(p, 3, 7), 12 + 7 * 40, "varlen: lse_offset(b 3, h 7)");
   }
   {
@@ -673,9 +682,59 @@ void test_block_info() {
     CHECK_EQ(bi.seqlen_q, 100, "varlen 64-bit: seqlen_q");
     CHECK_EQ(bi.seqlen_k, 50, "varlen 64-bit: seqlen_k");
     CHECK_EQ(bi.q_offset(p.q, 1, 15), 2199023255552LL + 15 * 128, "varlen 64-bit: q_offset(b 1, h 15)");
-    CHECK_EQ(bi.k_offset(p.k, 1, 15), 1099511627776LL + 15 * 128, "varlen 64-bit: k_offset(b 1, h 15)");
+    CHECK_EQ(bi.k_offset(p.k, 15), 1099511627776LL + 15 * 128, "varlen 64-bit: k_offset(b 1, h 15)");
     CHECK_EQ(bi.lse_offset(p, 1, 15), 1073741824LL + 15 * 1073741924LL, "varlen 64-bit: lse_offset(b 1, h 15)");
     CHECK(bi.lse_offset(p, 1, 15) > k2to31, "varlen 64-bit: lse_offset exceeds 2^31");
+  }
+  {
+    // KV cache: capacity 100 rows, cache batch 3 (k_batch from kv_batch_idx), per-sequence used
+    // lengths and left padding; bad values are cut, a bad batch index leaves the sequence no keys.
+    const int seqused[] = {40, 100, 250, -5, 30};
+    const int leftpad[] = {10, 0, 20, 0, 50};
+    const int batch_idx[] = {2, 0, 1, 3, -1};
+    FwdParams p;
+    p.batch = 5;
+    p.seqlen_q = 1;
+    p.seqlen_k = 100;
+    p.kv_batch = 3;
+    p.k = {nullptr, 100L * 2 * 64, 2 * 64, 64};
+    p.seqused_k = seqused;
+    p.leftpad_k = leftpad;
+    p.kv_batch_idx = batch_idx;
+    const BlockInfo b0(p, 0);
+    CHECK_EQ(b0.seqlen_k, 30, "cache: seqused 40 - leftpad 10");
+    CHECK_EQ(b0.k_offset(p.k, 1), 2L * 12800 + 10 * 128 + 64, "cache: k_offset(b 0 -> cache 2, row 10, h 1)");
+    CHECK_EQ(BlockInfo(p, 1).seqlen_k, 100, "cache: the whole capacity");
+    CHECK_EQ(BlockInfo(p, 2).seqlen_k, 80, "cache: seqused 250 cut to capacity 100 - leftpad 20");
+    CHECK_EQ(BlockInfo(p, 3).seqlen_k, 0, "cache: index 3 outside the 3 cache entries: no keys");
+    CHECK_EQ(BlockInfo(p, 4).seqlen_k, 0, "cache: index -1: no keys");
+    CHECK_EQ(BlockInfo(p, 4).k_offset(p.k, 0), 50 * 128, "cache: bad index reads entry 0");
+    p.kv_batch_idx = nullptr;
+    CHECK_EQ(BlockInfo(p, 3).seqlen_k, 0, "cache: negative seqused gives no keys");
+    CHECK_EQ(BlockInfo(p, 4).k_batch, 4, "cache: without kv_batch_idx, k_batch is the batch");
+    p.block_table = batch_idx;
+    CHECK_EQ(BlockInfo(p, 4).k_batch, 0, "paged: pages are found by the kernel, k_batch 0");
+  }
+  {
+    // Paged rows: 2 sequences of 3 pages of 16 rows (table row stride 3), 7 pages in the cache.
+    const int table[] = {4, 0, 6, 1, 9, -2};
+    FwdParams p;
+    p.block_table = table;
+    p.block_table_batch_stride = 3;
+    p.page_size = 16;
+    p.kv_batch = 7;
+    const TensorView kv{nullptr, 16L * 2 * 64, 2 * 64, 64};
+    CHECK_EQ(paged_row_offset(p, kv, 0, 0), 4L * 2048, "paged: seq 0 row 0 -> page 4 row 0");
+    CHECK_EQ(paged_row_offset(p, kv, 0, 17), 0L * 2048 + 1 * 128, "paged: seq 0 row 17 -> page 0 row 1");
+    CHECK_EQ(paged_row_offset(p, kv, 0, 47), 6L * 2048 + 15 * 128, "paged: seq 0 row 47 -> page 6 row 15");
+    CHECK_EQ(paged_row_offset(p, kv, 1, 5), 1L * 2048 + 5 * 128, "paged: seq 1 row 5 -> page 1 row 5");
+    CHECK_EQ(paged_row_offset(p, kv, 1, 16), -1, "paged: page 9 is outside the 7 pages");
+    CHECK_EQ(paged_row_offset(p, kv, 1, 40), -1, "paged: a negative page");
+    // Rotary: which vector of a row owns (reads and writes) each rotated pair.
+    CHECK(rotary_vector_is_owner(8, 64, true), "rotary: interleaved vectors own their pairs");
+    CHECK(rotary_vector_is_owner(24, 64, false), "rotary: first half owns (24, 56)");
+    CHECK(!rotary_vector_is_owner(32, 64, false), "rotary: second half is written by the first");
+    CHECK(rotary_vector_is_owner(64, 64, false), "rotary: columns past rotary_dim are plain copies");
   }
 }
 

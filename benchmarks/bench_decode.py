@@ -1,0 +1,138 @@
+#!/usr/bin/env python
+"""Decode benchmark: one query row per sequence over a KV cache (flash_attn_with_kvcache).
+
+Grid (issue 4): batch {1, 8, 32, 64} x cache length {1k, 8k, 32k, 128k}, 32 query heads over 8 KV
+heads, hdim 128, bf16, a contiguous cache and a paged one (page size 256, pages shuffled).
+Reported per point: microseconds per call (triton.testing.do_bench median of a CUDA graph of 20
+calls, as decoders run: GPU time without Python overhead), GB/s of K/V read, that
+rate as a % of the device-to-device copy bandwidth measured in the same run, and the speed ratio
+against torch SDPA's FLASH_ATTENTION (FA2) and CUDNN_ATTENTION backends (enable_gqa=True) on the
+same contiguous cache. Examples:
+  python benchmarks/bench_decode.py --out benchmarks/results/h200_decode
+  python benchmarks/bench_decode.py --batches 8 --lengths 8192 --layouts paged
+"""
+import argparse
+import json
+import math
+import sys
+from datetime import datetime, timezone
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+NHEADS, NHEADS_K, HDIM, PAGE_SIZE = 32, 8, 128, 256
+SDPA = {"FA2": SDPBackend.FLASH_ATTENTION, "cuDNN": SDPBackend.CUDNN_ATTENTION}
+
+
+def int_list(s):
+    return [int(x) for x in s.split(",") if x]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batches", type=int_list, default=[1, 8, 32, 64])
+    p.add_argument("--lengths", type=int_list, default=[1024, 8192, 32768, 131072])
+    p.add_argument("--layouts", default="contiguous,paged", help="comma list of contiguous,paged")
+    p.add_argument("--out", metavar="PREFIX", help="write <PREFIX>.md and <PREFIX>.json")
+    return p.parse_args(argv)
+
+
+def bench(fn):
+    import triton.testing
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3  # us
+
+
+def bench_graph(fn, calls=20):
+    """Microseconds per call of fn replayed from a CUDA graph of `calls` calls, as a decoder runs it:
+    GPU time only, without the Python and launch overhead between calls."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return bench(graph.replay) / calls
+
+
+def copy_bandwidth():
+    """Device-to-device copy rate in GB/s (bytes read + written), 1 GiB buffers."""
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    us = bench(lambda: dst.copy_(src))
+    return 2 * src.numel() / us / 1e3
+
+
+def run_point(fac, batch, length, layout):
+    """{name: microseconds} for one grid point, plus the max |difference| of cute against FA2."""
+    dtype = torch.bfloat16
+    q = torch.randn(batch, 1, NHEADS, HDIM, device="cuda", dtype=dtype)
+    seqlens = torch.full((batch,), length, device="cuda", dtype=torch.int32)
+    times, diff = {}, float("nan")
+    if layout == "paged":
+        pages_per_seq = math.ceil(length / PAGE_SIZE)
+        k_cache = torch.randn(batch * pages_per_seq, PAGE_SIZE, NHEADS_K, HDIM, device="cuda", dtype=dtype)
+        v_cache = torch.randn_like(k_cache)
+        table = torch.randperm(batch * pages_per_seq, device="cuda").view(batch, pages_per_seq).to(torch.int32)
+        times["cute"] = bench_graph(lambda: fac.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                                                        block_table=table))
+        return times, diff
+    k_cache = torch.randn(batch, length, NHEADS_K, HDIM, device="cuda", dtype=dtype)
+    v_cache = torch.randn_like(k_cache)
+    out = fac.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens)
+    times["cute"] = bench_graph(lambda: fac.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens))
+    qt, kt, vt = q.transpose(1, 2), k_cache.transpose(1, 2), v_cache.transpose(1, 2)
+    for name, backend in SDPA.items():
+        try:
+            with sdpa_kernel(backend):
+                ref = F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+                times[name] = bench_graph(lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True))
+            if name == "FA2":
+                diff = (ref.transpose(1, 2).float() - out.float()).abs().max().item()
+        except (RuntimeError, torch.OutOfMemoryError) as exc:
+            print(f"  {name} b{batch} L{length}: {str(exc).splitlines()[0][:100]}", file=sys.stderr)
+    return times, diff
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import flash_attn_cute as fac
+
+    copy_gbs = copy_bandwidth()
+    rows = []
+    for layout in args.layouts.split(","):
+        for batch in args.batches:
+            for length in args.lengths:
+                times, diff = run_point(fac, batch, length, layout)
+                kv_bytes = 2 * batch * length * NHEADS_K * HDIM * 2
+                gbs = kv_bytes / times["cute"] / 1e3
+                row = dict(layout=layout, batch=batch, length=length, us=times["cute"], gbs=gbs,
+                           pct_copy=100 * gbs / copy_gbs, kv_mb=kv_bytes / 1e6, maxdiff=diff,
+                           **{f"vs_{n}": times[n] / times["cute"] for n in SDPA if n in times})
+                rows.append(row)
+                print(f"{layout:10s} b{batch:3d} L{length:6d}: {row['us']:8.1f} us {gbs:7.0f} GB/s "
+                      f"({row['pct_copy']:5.1f}% of copy) " +
+                      " ".join(f"vs {n} {row['vs_' + n]:.2f}x" for n in SDPA if 'vs_' + n in row), flush=True)
+                torch.cuda.empty_cache()
+    lines = [f"# Decode benchmark ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
+             f"{torch.cuda.get_device_name()})", "",
+             f"{NHEADS} query heads, {NHEADS_K} KV heads, hdim {HDIM}, bf16, seqlen_q 1; paged: page size "
+             f"{PAGE_SIZE}. Copy bandwidth measured in this run: {copy_gbs:.0f} GB/s. Ratios are speedups "
+             "(SDPA time / cute time) on the contiguous cache.", "",
+             "| layout | batch | cache len | K/V MB | us | GB/s | % copy BW | vs FA2 | vs cuDNN | max diff vs FA2 |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = {n: f"{r['vs_' + n]:.2f}" if "vs_" + n in r else "-" for n in SDPA}
+        lines.append(f"| {r['layout']} | {r['batch']} | {r['length']} | {r['kv_mb']:.0f} | {r['us']:.1f} | "
+                     f"{r['gbs']:.0f} | {r['pct_copy']:.1f} | {ratio['FA2']} | {ratio['cuDNN']} | "
+                     f"{r['maxdiff']:.1e} |")
+    print("\n".join(lines))
+    if args.out:
+        with open(args.out + ".md", "w") as f:
+            f.write("\n".join(lines) + "\n")
+        with open(args.out + ".json", "w") as f:
+            json.dump(dict(copy_gbs=copy_gbs, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

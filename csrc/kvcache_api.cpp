@@ -1,0 +1,153 @@
+// Torch glue for flash_attn_with_kvcache: the row copies that append new keys / values (and rotate
+// q), and the forward over a dense, batch-indexed or paged cache. flash_attn_cute/kvcache.py checks
+// the arguments first; these checks keep a direct torch.ops call from reaching a kernel with bad
+// input. Nothing here reads a device tensor, so a decode step can be captured in a CUDA graph.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "flash_attn_cute/fwd_api.h"
+#include "flash_attn_cute/rotary_copy.h"
+#include "glue.h"
+#include "torch_api.h"
+
+namespace flash_attn_cute {
+namespace {
+
+// An int32 tensor of shape (batch,) (or (batch, n) for the block table) on `like`'s device.
+int const* int_ptr(std::optional<at::Tensor> const& t, at::Tensor const& like, int64_t batch, int dims, char const* name) {
+  if (!t.has_value()) return nullptr;
+  TORCH_CHECK(t->scalar_type() == at::kInt && t->dim() == dims && t->size(0) == batch, "flash_attn_cute: ", name,
+              " must be an int32 tensor with ", num(dims), " dims and batch ", num(batch), " rows");
+  TORCH_CHECK(t->device() == like.device() && t->stride(-1) == 1, "flash_attn_cute: ", name,
+              " must be on q's device with a contiguous last dimension");
+  return t->data_ptr<int>();
+}
+
+// A (batch-or-pages, rows, heads, head_dim) cache tensor of q's dtype and device.
+void check_cache(at::Tensor const& t, at::Tensor const& q, char const* name) {
+  TORCH_CHECK(t.dim() == 4 && t.scalar_type() == q.scalar_type() && t.device() == q.device(), "flash_attn_cute: ",
+              name, " must be a 4-D tensor with q's dtype and device");
+}
+
+}  // namespace
+
+void rotary_copy(at::Tensor const& src, at::Tensor& dst, std::optional<at::Tensor> const& row_base,
+                 std::optional<at::Tensor> const& dst_batch_idx, std::optional<at::Tensor> const& block_table,
+                 std::optional<at::Tensor> const& cos, std::optional<at::Tensor> const& sin,
+                 std::optional<at::Tensor> const& pos_base, bool interleaved, bool pos_per_row) {
+  TORCH_CHECK(src.dim() == 4 && src.is_cuda(), "flash_attn_cute: rotary_copy: src must be a 4-D CUDA tensor");
+  TORCH_CHECK(src.scalar_type() == at::kHalf || src.scalar_type() == at::kBFloat16,
+              "flash_attn_cute: rotary_copy: float16 or bfloat16 only");
+  check_cache(dst, src, "rotary_copy dst");
+  TORCH_CHECK(dst.size(2) == src.size(2) && dst.size(3) == src.size(3),
+              "flash_attn_cute: rotary_copy: src and dst must have the same heads and head dim");
+  const int64_t batch = src.size(0);
+  RowCopyParams params;
+  params.src = view_of(src, false);
+  params.dst = view_of(dst, false);
+  TORCH_CHECK(src.size(3) % 8 == 0, "flash_attn_cute: rotary_copy: head dim must be a multiple of 8");
+  params.batch = int(batch);
+  params.rows = int(src.size(1));
+  params.heads = int(src.size(2));
+  params.head_dim = int(src.size(3));
+  params.dtype = src.scalar_type() == at::kHalf ? DType::kFloat16 : DType::kBFloat16;
+  params.row_base = int_ptr(row_base, src, batch, 1, "cache_seqlens");
+  params.dst_batch_idx = int_ptr(dst_batch_idx, src, batch, 1, "cache_batch_idx");
+  params.block_table = int_ptr(block_table, src, batch, 2, "block_table");
+  params.dst_batch = int(dst.size(0));
+  if (params.block_table) {
+    params.block_table_batch_stride = block_table->stride(0);
+    params.page_size = int(dst.size(1));
+    params.dst_rows = int(block_table->size(1) * dst.size(1));
+  } else {
+    TORCH_CHECK(params.dst_batch_idx || dst.size(0) == batch, "flash_attn_cute: rotary_copy: batch mismatch");
+    params.dst_rows = int(dst.size(1));
+  }
+  TORCH_CHECK(cos.has_value() == sin.has_value(), "flash_attn_cute: give both rotary_cos and rotary_sin or neither");
+  if (cos.has_value()) {
+    for (auto const* t : {&*cos, &*sin}) {
+      TORCH_CHECK(t->dim() == 2 && t->is_contiguous() && t->scalar_type() == src.scalar_type() &&
+                      t->device() == src.device() && t->sizes() == cos->sizes(),
+                  "flash_attn_cute: rotary_cos / rotary_sin must be contiguous (seqlen_ro, rotary_dim / 2) tensors "
+                  "of q's dtype and device");
+    }
+    params.rotary_dim = int(2 * cos->size(1));
+    TORCH_CHECK(params.rotary_dim % 16 == 0 && params.rotary_dim <= params.head_dim,
+                "flash_attn_cute: rotary_dim must be a multiple of 16 and at most the head dim");
+    TORCH_CHECK(reinterpret_cast<uintptr_t>(cos->data_ptr()) % 16 == 0 &&
+                    reinterpret_cast<uintptr_t>(sin->data_ptr()) % 16 == 0,
+                "flash_attn_cute: rotary_cos / rotary_sin must be 16-byte aligned");
+    params.cos = cos->data_ptr();
+    params.sin = sin->data_ptr();
+    params.seqlen_ro = int(cos->size(0));
+    params.interleaved = interleaved;
+    params.pos_base = int_ptr(pos_base, src, batch, 1, "cache_seqlens");
+    params.pos_per_row = pos_per_row;
+  }
+  c10::cuda::CUDAGuard device_guard(src.device());
+  const cudaError_t err = run_rotary_copy(params, c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(err == cudaSuccess, "flash_attn_cute: rotary_copy launch failed: ", cudaGetErrorString(err));
+}
+
+at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tensor const& v_cache, at::Tensor& out,
+                       at::Tensor const& seqused_k, std::optional<at::Tensor> const& leftpad_k,
+                       std::optional<at::Tensor> const& kv_batch_idx, std::optional<at::Tensor> const& block_table,
+                       double softmax_scale, bool causal, int64_t num_splits) {
+  TORCH_CHECK(q.dim() == 4 && q.is_cuda(), "flash_attn_cute: q must be a 4-D CUDA tensor");
+  check_cache(k_cache, q, "k_cache");
+  check_cache(v_cache, q, "v_cache");
+  TORCH_CHECK(k_cache.sizes() == v_cache.sizes(), "flash_attn_cute: k_cache and v_cache must have the same shape");
+  TORCH_CHECK(out.sizes() == q.sizes() && out.scalar_type() == q.scalar_type() && out.device() == q.device(),
+              "flash_attn_cute: out must have q's shape, dtype and device");
+  Problem p;
+  p.varlen = false;
+  p.dtype = q.scalar_type() == at::kHalf ? DType::kFloat16 : DType::kBFloat16;
+  TORCH_CHECK(q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16,
+              "flash_attn_cute: q must be float16 or bfloat16");
+  p.batch = q.size(0);
+  p.seqlen_q = q.size(1);
+  p.total_q = p.batch * p.seqlen_q;
+  p.heads = q.size(2);
+  p.head_dim = q.size(3);
+  p.heads_k = k_cache.size(2);
+  TORCH_CHECK(k_cache.size(3) == p.head_dim, "flash_attn_cute: q and k_cache must have the same head dim");
+  TORCH_CHECK(p.head_dim % 8 == 0 && p.head_dim > 0 && p.head_dim <= kMaxHeadDim,
+              "flash_attn_cute: head dim must be a multiple of 8 in [8, ", num(kMaxHeadDim), "]");
+  TORCH_CHECK(p.heads_k > 0 && p.heads % p.heads_k == 0, "flash_attn_cute: nheads must be a multiple of nheads_k");
+  TORCH_CHECK(p.batch <= 65535 && p.heads <= 65535, "flash_attn_cute: batch and nheads must be at most 65535");
+  TORCH_CHECK(fwd_is_built(p.dtype, fwd_kernel_head_dim(int(p.head_dim))), "flash_attn_cute: no forward kernel for ",
+              c10::toString(q.scalar_type()), " head dim ", num(p.head_dim), " in this build");
+  int const* block_table_ptr = int_ptr(block_table, q, p.batch, 2, "block_table");
+  p.seqlen_k = block_table_ptr ? block_table->size(1) * k_cache.size(1) : k_cache.size(1);
+  TORCH_CHECK(p.seqlen_k < (int64_t(1) << 31), "flash_attn_cute: the cache holds too many rows per sequence");
+
+  c10::cuda::CUDAGuard device_guard(q.device());
+  const std::vector<int64_t> lse_sizes = lse_shape(p);
+  at::Tensor q_rows = q, out_rows = out;
+  const bool packed = pack_gqa_rows(p, q_rows, out_rows);
+  at::Tensor lse = at::empty(lse_shape(p), q.options().dtype(at::kFloat));
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads == 0) return lse.view(lse_sizes);
+
+  FwdParams params;
+  fill_params(params, p, q_rows, k_cache, v_cache, out_rows, lse, std::nullopt, std::nullopt, softmax_scale,
+              causal && !packed);
+  params.seqused_k = int_ptr(seqused_k, q, p.batch, 1, "cache_seqlens");
+  params.leftpad_k = int_ptr(leftpad_k, q, p.batch, 1, "cache_leftpad");
+  params.kv_batch_idx = int_ptr(kv_batch_idx, q, p.batch, 1, "cache_batch_idx");
+  params.kv_batch = int(k_cache.size(0));
+  TORCH_CHECK(params.kv_batch_idx || block_table_ptr || k_cache.size(0) == p.batch,
+              "flash_attn_cute: k_cache batch must equal q batch (or give cache_batch_idx / block_table)");
+  if (block_table_ptr) {
+    params.block_table = block_table_ptr;
+    params.block_table_batch_stride = block_table->stride(0);
+    params.page_size = int(k_cache.size(1));
+  }
+  TORCH_CHECK(num_splits >= 0, "flash_attn_cute: num_splits must be >= 0");
+  const std::vector<at::Tensor> split_buffers = choose_splits(params, p, lse, num_splits);
+  const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(err == cudaSuccess, "flash_attn_cute: forward kernel launch failed: ", cudaGetErrorString(err));
+  return lse.view(lse_sizes);
+}
+
+}  // namespace flash_attn_cute

@@ -1,0 +1,232 @@
+"""flash_attn_with_kvcache against the float32 reference (GPU only): dense, batch-indexed and paged
+caches, appended keys with and without rotary embedding, GQA, causal chunks, split counts, CUDA
+graph replay, and a cache that must hold exactly what was appended (every other row untouched).
+"""
+import math
+
+import pytest
+import torch
+
+import flash_attn_cute as fac
+from flash_attn_cute.reference import attention_ref, rotary_ref
+
+pytestmark = pytest.mark.cuda
+
+BF16, F16, I32 = torch.bfloat16, torch.float16, torch.int32
+
+
+def _randn(*shape, dtype):
+    return torch.randn(*shape, device="cuda", dtype=torch.float32).to(dtype)
+
+
+def _rotary_tables(positions, rotary_dim, dtype):
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, rotary_dim, 2, device="cuda", dtype=torch.float32) / rotary_dim))
+    angles = torch.outer(torch.arange(positions, device="cuda", dtype=torch.float32), inv_freq)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+class Cache:
+    """A KV cache of `capacity` rows per sequence, dense or in pages of page_size rows (pages handed
+    out in a shuffled order, with spare pages no sequence owns)."""
+
+    def __init__(self, batch, capacity, nheads_k, d, dtype, page_size=None, entries=None):
+        self.page_size, self.capacity = page_size, capacity
+        if page_size is None:
+            shape = (entries or batch, capacity, nheads_k, d)
+            self.block_table = None
+        else:
+            pages_per_seq = capacity // page_size
+            num_pages = batch * pages_per_seq + 3
+            shape = (num_pages, page_size, nheads_k, d)
+            perm = torch.randperm(num_pages, device="cuda")[: batch * pages_per_seq]
+            self.block_table = perm.view(batch, pages_per_seq).to(I32)
+        self.k = _randn(*shape, dtype=dtype)
+        self.v = _randn(*shape, dtype=dtype)
+
+    def dense(self, t, b, entry):
+        """Sequence b's rows as (capacity, nheads_k, d)."""
+        if self.block_table is None:
+            return t[entry]
+        return t[self.block_table[b].long()].flatten(0, 1)
+
+
+def _expected_cache(before, new, seqlen, rotate):
+    """Sequence rows after appending new (seqlen_new, nheads_k, d) at row seqlen (nothing when new is
+    None), rotated by rotate(rows, positions) when given."""
+    after = before.clone()
+    if new is not None:
+        positions = torch.arange(seqlen, seqlen + new.size(0), device="cuda")
+        after[seqlen:seqlen + new.size(0)] = (rotate(new, positions) if rotate else new.float()).to(before.dtype)
+    return after
+
+
+def _run_and_check(*, batch=3, seqlen_q=1, nheads=8, nheads_k=2, d=128, capacity=512, page_size=None,
+                   seqlen_new=0, rotary=None, causal=False, dtype=BF16, num_splits=0, cache_seqlens=None,
+                   batch_idx=None, leftpad=None, entries=None):
+    cache = Cache(batch, capacity, nheads_k, d, dtype, page_size, entries)
+    before_k, before_v = cache.k.clone(), cache.v.clone()
+    if cache_seqlens is None:
+        cache_seqlens = torch.randint(0, capacity - seqlen_new + 1, (batch,), device="cuda", dtype=I32)
+    q = _randn(batch, seqlen_q, nheads, d, dtype=dtype)
+    k_new = _randn(batch, seqlen_new, nheads_k, d, dtype=dtype) if seqlen_new else None
+    v_new = _randn(batch, seqlen_new, nheads_k, d, dtype=dtype) if seqlen_new else None
+    cos = sin = None
+    if rotary is not None:
+        cos, sin = _rotary_tables(capacity, d // 2, dtype)
+    out, lse = fac.flash_attn_with_kvcache(
+        q, cache.k, cache.v, k_new, v_new, rotary_cos=cos, rotary_sin=sin, cache_seqlens=cache_seqlens,
+        cache_batch_idx=batch_idx, cache_leftpad=leftpad, block_table=cache.block_table, causal=causal,
+        rotary_interleaved=rotary == "interleaved", num_splits=num_splits, return_softmax_lse=True)
+    assert out.shape == q.shape and out.dtype == dtype and lse.shape == (batch, nheads, seqlen_q)
+
+    rotate = None
+    if rotary is not None:
+        def rotate(x, positions):
+            return rotary_ref(x, cos, sin, positions, interleaved=rotary == "interleaved")
+    lens = cache_seqlens.tolist()
+    for b in range(batch):
+        entry = batch_idx[b].item() if batch_idx is not None else b
+        start = leftpad[b].item() if leftpad is not None else 0
+        end = lens[b] + seqlen_new
+        for name, now, was, new in (("k", cache.k, before_k, k_new), ("v", cache.v, before_v, v_new)):
+            got = cache.dense(now, b, entry)
+            want = _expected_cache(cache.dense(was, b, entry), None if new is None else new[b], lens[b],
+                                   rotate if name == "k" else None)
+            untouched = torch.ones(capacity, dtype=torch.bool, device="cuda")
+            untouched[lens[b]:end] = False
+            assert torch.equal(got[untouched], want[untouched]), f"{name} cache rows outside the append changed"
+            torch.testing.assert_close(got[~untouched], want[~untouched], atol=1e-2, rtol=1e-2)
+        keys = cache.dense(cache.k, b, entry)[start:end].unsqueeze(0)
+        values = cache.dense(cache.v, b, entry)[start:end].unsqueeze(0)
+        q_b = q[b]
+        if rotate is not None:
+            positions = lens[b] + (torch.arange(seqlen_q, device="cuda") if causal else
+                                   torch.zeros(seqlen_q, device="cuda", dtype=torch.long))
+            q_b = rotate(q_b, positions).to(dtype)
+        q_b = q_b.unsqueeze(0)
+        ref, lse_ref = attention_ref(q_b, keys, values, causal=causal)
+        ref_lowp, _ = attention_ref(q_b, keys, values, causal=causal, upcast=False, reorder_ops=True)
+        assert not out[b].isnan().any(), "NaN in output"
+        err = (out[b].float() - ref[0]).abs().max().item()
+        bound = 2 * (ref_lowp[0].float() - ref[0]).abs().max().item() + 1e-5
+        assert err <= bound, f"sequence {b} (cache {lens[b]}, new {seqlen_new}): max error {err:.3e} > {bound:.3e}"
+        finite = torch.isfinite(lse_ref[0])
+        assert torch.equal(torch.isfinite(lse[b]), finite)
+        torch.testing.assert_close(lse[b][finite], lse_ref[0][finite], atol=1e-3, rtol=1e-4)
+    return out
+
+
+@pytest.mark.parametrize("page_size", [None, 16, 64, 256], ids=lambda p: f"page{p}" if p else "dense")
+@pytest.mark.parametrize("update", ["none", "append", "rotary_interleaved", "rotary_half"])
+@pytest.mark.parametrize("heads", [(8, 8), (8, 2), (8, 1)], ids=["mha", "gqa4", "gqa8"])
+@pytest.mark.parametrize("rows", ["decode", "decode_causal", "chunk4_causal"])
+def test_kvcache_matches_reference(page_size, update, heads, rows):
+    torch.manual_seed(0)
+    seqlen_q, causal = {"decode": (1, False), "decode_causal": (1, True), "chunk4_causal": (4, True)}[rows]
+    rotary = {"rotary_interleaved": "interleaved", "rotary_half": "half"}.get(update)
+    _run_and_check(nheads=heads[0], nheads_k=heads[1], page_size=page_size, seqlen_new=0 if update == "none" else 3,
+                   rotary=rotary, seqlen_q=seqlen_q, causal=causal)
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_kvcache_dtypes_head_dims(dtype, d):
+    torch.manual_seed(1)
+    _run_and_check(dtype=dtype, d=d, seqlen_new=2, rotary="interleaved", page_size=16)
+    _run_and_check(dtype=dtype, d=d, seqlen_q=5, causal=True, capacity=300)
+
+
+@pytest.mark.parametrize("num_splits", [0, 1, 3, 8, 128])
+@pytest.mark.parametrize("page_size", [None, 64], ids=["dense", "page64"])
+def test_num_splits_agree(num_splits, page_size):
+    """Every split count gives a result within the accuracy rule (128 splits: many are empty)."""
+    torch.manual_seed(2)
+    _run_and_check(batch=2, capacity=4096, page_size=page_size, num_splits=num_splits, seqlen_new=1,
+                   cache_seqlens=torch.tensor([4000, 17], device="cuda", dtype=I32))
+
+
+@pytest.mark.parametrize("length", [1, 1000, 131072 - 1])
+def test_long_and_short_caches(length):
+    """Cache lengths from 1 to 128k (32 query heads over 8 KV heads, as in decoding)."""
+    torch.manual_seed(3)
+    _run_and_check(batch=1, nheads=32, nheads_k=8, capacity=131072, seqlen_new=1, page_size=256,
+                   cache_seqlens=torch.tensor([length], device="cuda", dtype=I32))
+
+
+def test_batch_idx_and_leftpad():
+    torch.manual_seed(4)
+    _run_and_check(batch=3, entries=5, batch_idx=torch.tensor([4, 0, 2], device="cuda", dtype=I32),
+                   leftpad=torch.tensor([0, 30, 100], device="cuda", dtype=I32),
+                   cache_seqlens=torch.tensor([50, 200, 100], device="cuda", dtype=I32), seqlen_new=2,
+                   rotary="half", seqlen_q=2, causal=True)
+
+
+def test_empty_cache_rows_without_keys():
+    """cache_seqlens 0 and nothing appended: no key at all, out 0 and LSE +inf (never NaN)."""
+    q = _randn(2, 1, 8, 128, dtype=BF16)
+    k_cache = _randn(2, 64, 2, 128, dtype=BF16)
+    out, lse = fac.flash_attn_with_kvcache(q, k_cache, k_cache.clone(), cache_seqlens=0, return_softmax_lse=True)
+    assert torch.equal(out, torch.zeros_like(out)) and (lse == math.inf).all()
+
+
+def test_bad_pages_on_device_stay_in_bounds():
+    """A block table with entries outside the cache (which only the device can see) reads those pages
+    as zeros and writes nothing into them: no fault, finite output."""
+    q = _randn(2, 1, 8, 128, dtype=BF16)
+    k_cache = _randn(4, 16, 2, 128, dtype=BF16)
+    v_cache = _randn(4, 16, 2, 128, dtype=BF16)
+    table = torch.tensor([[0, -1, 1 << 30], [3, 2, 1]], device="cuda", dtype=I32)
+    k_new = _randn(2, 1, 2, 128, dtype=BF16)
+    out = fac.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, k_new.clone(), block_table=table,
+                                      cache_seqlens=torch.tensor([20, 40], device="cuda", dtype=I32))
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all()
+
+
+def test_cuda_graph_replay_with_new_lengths():
+    """A decode step (append + rotary + attention) captured once and replayed with new q, k, v and
+    cache_seqlens gives what an eager call gives."""
+    torch.manual_seed(5)
+    batch, nheads, nheads_k, d, capacity = 4, 16, 4, 128, 2048
+    cos, sin = _rotary_tables(capacity, d, BF16)
+    k_cache = _randn(batch, capacity, nheads_k, d, dtype=BF16)
+    v_cache = _randn(batch, capacity, nheads_k, d, dtype=BF16)
+    q = _randn(batch, 1, nheads, d, dtype=BF16)
+    k_new = _randn(batch, 1, nheads_k, d, dtype=BF16)
+    v_new = _randn(batch, 1, nheads_k, d, dtype=BF16)
+    seqlens = torch.tensor([10, 500, 1000, 2000], device="cuda", dtype=I32)
+
+    def step():
+        return fac.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, rotary_cos=cos, rotary_sin=sin,
+                                           cache_seqlens=seqlens, causal=True)
+
+    step()  # warm-up (allocations, lazy init) outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_static = step()
+    for lengths in ([0, 1, 2046, 7], [1500, 3, 64, 1024]):
+        seqlens.copy_(torch.tensor(lengths, dtype=I32))
+        q.copy_(_randn(batch, 1, nheads, d, dtype=BF16))
+        k_new.copy_(_randn(batch, 1, nheads_k, d, dtype=BF16))
+        k_before, v_before = k_cache.clone(), v_cache.clone()
+        graph.replay()
+        replayed, k_after, v_after = out_static.clone(), k_cache.clone(), v_cache.clone()
+        k_cache.copy_(k_before)
+        v_cache.copy_(v_before)
+        eager = step()
+        torch.testing.assert_close(replayed, eager, atol=0, rtol=0)
+        assert torch.equal(k_cache, k_after) and torch.equal(v_cache, v_after)
+
+
+def test_flash_attn_func_decode_uses_splits():
+    """flash_attn_func on decode shapes (GQA packed rows, split-KV) against the reference."""
+    torch.manual_seed(6)
+    q = _randn(2, 1, 32, 128, dtype=BF16)
+    k = _randn(2, 30000, 8, 128, dtype=BF16)
+    v = _randn(2, 30000, 8, 128, dtype=BF16)
+    out, lse, _ = fac.flash_attn_func(q, k, v, return_attn_probs=True)
+    ref, lse_ref = attention_ref(q, k, v)
+    ref_lowp, _ = attention_ref(q, k, v, upcast=False, reorder_ops=True)
+    err = (out.float() - ref).abs().max().item()
+    assert err <= 2 * (ref_lowp.float() - ref).abs().max().item() + 1e-5
+    torch.testing.assert_close(lse, lse_ref, atol=1e-3, rtol=1e-4)
