@@ -13,7 +13,9 @@ namespace flash_attn_cute {
 
 at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at::Tensor& out,
                std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
-               int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal) {
+               int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
+               int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes) {
+  const ScoreMods mods{window_left, window_right, softcap, alibi_slopes};
   Problem p = check_problem(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   TORCH_CHECK(fwd_is_built(p.dtype, fwd_kernel_head_dim(p.head_dim)), "flash_attn_cute: no forward kernel for ",
               c10::toString(q.scalar_type()), " head dim ", num(p.head_dim),
@@ -22,7 +24,8 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
   c10::cuda::CUDAGuard device_guard(q.device());
   const std::vector<int64_t> lse_sizes = lse_shape(p);
   at::Tensor q_rows = q, out_rows = out;
-  const bool packed = pack_gqa_rows(p, q_rows, out_rows);
+  const Problem unpacked = p;
+  const bool packed = pack_gqa_rows(p, q_rows, out_rows, mods);
   at::Tensor lse = at::empty(lse_shape(p), q.options().dtype(at::kFloat));
   // Varlen rows past cu_seqlens[-1] belong to no sequence and the kernel never visits them: they get
   // out = 0 and LSE = +inf, like rows that see no key. Without a host read of cu_seqlens, every row
@@ -35,6 +38,7 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
 
   FwdParams params;
   fill_params(params, p, q_rows, k, v, out_rows, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal && !packed);
+  set_score_mods(params, unpacked, mods, causal && !packed, q);
   // Split-KV where the grid alone would leave SMs idle (few query row blocks, many key blocks).
   const std::vector<at::Tensor> split_buffers = choose_splits(params, p, lse, 0);
   const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());

@@ -128,8 +128,9 @@ std::vector<at::Tensor> choose_splits(FwdParams& params, Problem const& p, at::T
   return {lseaccum, oaccum};
 }
 
-bool pack_gqa_rows(Problem& p, at::Tensor& q, at::Tensor& out) {
+bool pack_gqa_rows(Problem& p, at::Tensor& q, at::Tensor& out, ScoreMods const& mods) {
   if (p.varlen || p.seqlen_q != 1 || p.heads == p.heads_k) return false;
+  if (mods.window_left >= 0 || mods.window_right >= 0 || mods.alibi_slopes) return false;
   const int64_t groups = p.heads / p.heads_k;
   auto packed = [&](at::Tensor const& t) {
     return t.squeeze(1).unflatten(1, {p.heads_k, groups}).transpose(1, 2);  // (batch, groups, heads_k, dim)
@@ -139,6 +140,30 @@ bool pack_gqa_rows(Problem& p, at::Tensor& q, at::Tensor& out) {
   p.seqlen_q = groups;
   p.heads = p.heads_k;
   return true;
+}
+
+void set_score_mods(FwdParams& params, Problem const& p, ScoreMods const& mods, bool causal, at::Tensor const& q) {
+  TORCH_CHECK(mods.window_left >= -1 && mods.window_right >= -1,
+              "flash_attn_cute: window_size entries must be >= -1 (-1: unbounded)");
+  TORCH_CHECK(mods.softcap >= 0.0, "flash_attn_cute: softcap must be >= 0");
+  auto bounded = [&](int64_t side) { return side < 0 || side >= p.seqlen_k ? -1 : int(side); };
+  params.window.left = bounded(mods.window_left);
+  params.window.right = causal ? 0 : bounded(mods.window_right);
+  if (mods.softcap > 0.0) {
+    params.softcap = float(params.score_scale / mods.softcap);
+    params.softmax_scale = float(mods.softcap);
+    params.softmax_scale_log2 = float(mods.softcap * M_LOG2E);
+  }
+  if (mods.alibi_slopes) {
+    at::Tensor const& slopes = *mods.alibi_slopes;
+    TORCH_CHECK(slopes.scalar_type() == at::kFloat && slopes.device() == q.device() && slopes.stride(-1) == 1,
+                "flash_attn_cute: alibi_slopes must be a float32 tensor on q's device with a contiguous last dim");
+    TORCH_CHECK((slopes.dim() == 1 && slopes.size(0) == p.heads) ||
+                    (slopes.dim() == 2 && slopes.size(0) == p.batch && slopes.size(1) == p.heads),
+                "flash_attn_cute: alibi_slopes must have shape (nheads,) or (batch, nheads)");
+    params.alibi_slopes = slopes.data_ptr<float>();
+    params.alibi_batch_stride = slopes.dim() == 2 ? slopes.stride(0) : 0;
+  }
 }
 
 void fill_params(FwdParams& params, Problem const& p, at::Tensor const& q, at::Tensor const& k,
@@ -162,7 +187,9 @@ void fill_params(FwdParams& params, Problem const& p, at::Tensor const& q, at::T
   params.cu_seqlens_k = p.varlen ? cu_seqlens_k->data_ptr<int>() : nullptr;
   params.softmax_scale = float(softmax_scale);
   params.softmax_scale_log2 = float(softmax_scale * M_LOG2E);
+  params.score_scale = float(softmax_scale);
   params.is_causal = causal;
+  params.window = {-1, causal ? 0 : -1};  // set_score_mods adds the caller's window
   params.dtype = p.dtype;
   params.device = q.get_device();
   cudaDeviceGetAttribute(&params.num_sms, cudaDevAttrMultiProcessorCount, params.device);

@@ -42,6 +42,20 @@ void fill_params(FwdParams& params, Problem const& p, at::Tensor const& q, at::T
                  std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
                  double softmax_scale, bool causal);
 
+// flash-attn 2.x's optional score transforms, as the ops receive them.
+struct ScoreMods {
+  int64_t window_left = -1;  // -1: unbounded
+  int64_t window_right = -1;
+  double softcap = 0.0;      // 0: off
+  std::optional<at::Tensor> alibi_slopes;  // fp32 (heads,) or (batch, heads)
+
+  bool is_plain() const { return window_left < 0 && window_right < 0 && softcap == 0.0 && !alibi_slopes; }
+};
+
+// Checks `mods` and sets params.window (causal sets window.right = 0; a side that reaches past
+// seqlen_k is unbounded), the softcap scales and the ALiBi slopes. After fill_params.
+void set_score_mods(FwdParams& params, Problem const& p, ScoreMods const& mods, bool causal, at::Tensor const& q);
+
 // softmax_lse's shape for a problem.
 std::vector<int64_t> lse_shape(Problem const& p);
 
@@ -54,7 +68,8 @@ std::vector<at::Tensor> choose_splits(FwdParams& params, Problem const& p, at::T
 // problem (FA2's seqlenq_ngroups_swapped), so each K / V block is read once per KV head. q and out
 // (batch, 1, heads, dim) are viewed as (batch, heads / heads_k, heads_k, dim) and softmax_lse is
 // written as (batch, heads_k, heads / heads_k), the same memory as (batch, heads, 1). Returns
-// whether the problem was packed (p, q, out updated; causal no longer matters for one row).
-bool pack_gqa_rows(Problem& p, at::Tensor& q, at::Tensor& out);
+// whether the problem was packed (p, q, out updated; causal no longer matters for one row). Rows
+// of different heads share one position, so a window or ALiBi rules packing out.
+bool pack_gqa_rows(Problem& p, at::Tensor& q, at::Tensor& out, ScoreMods const& mods);
 
 }  // namespace flash_attn_cute

@@ -93,7 +93,9 @@ void rotary_copy(at::Tensor const& src, at::Tensor& dst, std::optional<at::Tenso
 at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tensor const& v_cache, at::Tensor& out,
                        at::Tensor const& seqused_k, std::optional<at::Tensor> const& leftpad_k,
                        std::optional<at::Tensor> const& kv_batch_idx, std::optional<at::Tensor> const& block_table,
-                       double softmax_scale, bool causal, int64_t num_splits) {
+                       double softmax_scale, bool causal, int64_t window_left, int64_t window_right, double softcap,
+                       std::optional<at::Tensor> const& alibi_slopes, int64_t num_splits) {
+  const ScoreMods mods{window_left, window_right, softcap, alibi_slopes};
   TORCH_CHECK(q.dim() == 4 && q.is_cuda(), "flash_attn_cute: q must be a 4-D CUDA tensor");
   check_cache(k_cache, q, "k_cache");
   check_cache(v_cache, q, "v_cache");
@@ -125,13 +127,15 @@ at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tenso
   c10::cuda::CUDAGuard device_guard(q.device());
   const std::vector<int64_t> lse_sizes = lse_shape(p);
   at::Tensor q_rows = q, out_rows = out;
-  const bool packed = pack_gqa_rows(p, q_rows, out_rows);
+  const Problem unpacked = p;
+  const bool packed = pack_gqa_rows(p, q_rows, out_rows, mods);
   at::Tensor lse = at::empty(lse_shape(p), q.options().dtype(at::kFloat));
   if (p.batch == 0 || p.seqlen_q == 0 || p.heads == 0) return lse.view(lse_sizes);
 
   FwdParams params;
   fill_params(params, p, q_rows, k_cache, v_cache, out_rows, lse, std::nullopt, std::nullopt, softmax_scale,
               causal && !packed);
+  set_score_mods(params, unpacked, mods, causal && !packed, q);
   params.seqused_k = int_ptr(seqused_k, q, p.batch, 1, "cache_seqlens");
   params.leftpad_k = int_ptr(leftpad_k, q, p.batch, 1, "cache_leftpad");
   params.kv_batch_idx = int_ptr(kv_batch_idx, q, p.batch, 1, "cache_batch_idx");

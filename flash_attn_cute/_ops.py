@@ -42,14 +42,16 @@ def _require_kernel(dtype, head_dim, causal, pass_="forward"):
 
 if _C is not None:
     @torch.library.register_fake("flash_attn_cute::fwd")
-    def _fwd_fake(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal):
+    def _fwd_fake(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                  window_size_left, window_size_right, softcap, alibi_slopes):
         if cu_seqlens_q is not None:
             return q.new_empty((q.size(1), q.size(0)), dtype=torch.float32)
         return q.new_empty((q.size(0), q.size(2), q.size(1)), dtype=torch.float32)
 
     @torch.library.register_fake("flash_attn_cute::bwd")
     def _bwd_fake(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                  max_seqlen_k, softmax_scale, causal, deterministic):
+                  max_seqlen_k, softmax_scale, causal, window_size_left, window_size_right, softcap, alibi_slopes,
+                  deterministic):
         return None
 
     @torch.library.register_fake("flash_attn_cute::rotary_copy")
@@ -59,7 +61,7 @@ if _C is not None:
 
     @torch.library.register_fake("flash_attn_cute::fwd_kvcache")
     def _fwd_kvcache_fake(q, k_cache, v_cache, out, seqused_k, leftpad_k, kv_batch_idx, block_table, softmax_scale,
-                          causal, num_splits):
+                          causal, window_size_left, window_size_right, softcap, alibi_slopes, num_splits):
         return q.new_empty((q.size(0), q.size(2), q.size(1)), dtype=torch.float32)
 
 
@@ -77,20 +79,27 @@ def _check_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     return q.size(1), k.size(1)
 
 
+def _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes):
+    batch = q.size(0) if cu_seqlens_q is None else cu_seqlens_q.size(0) - 1
+    return V.check_score_mods(window_size, softcap, alibi_slopes, batch, q.size(-2), q.device)
+
+
 def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, cu_seqlens_k=None,
-        max_seqlen_q=None, max_seqlen_k=None):
+        max_seqlen_q=None, max_seqlen_k=None, window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
     """Low-level forward: returns (out, softmax_lse).
 
     q: (batch, seqlen_q, nheads, d), k/v: (batch, seqlen_k, nheads_k, d); or, with cu_seqlens_q/k
     (int32, batch + 1) and max_seqlen_q/k, the varlen forms (total, nheads, d). d must be a multiple
     of 8 and at most 256 (the flash_attn_* functions pad other head dims). softmax_lse is fp32
     (batch, nheads, seqlen_q), or (nheads, total_q) for varlen; rows that see no key get out = 0 and
-    lse = +inf. `out`, if given, is written in place.
+    lse = +inf. `out`, if given, is written in place. window_size, softcap and alibi_slopes follow
+    flash-attn 2.x (local attention, cap * tanh(scores / cap), ALiBi bias).
     """
     V.check_qkv(q, k, v, cu_seqlens_q is not None or cu_seqlens_k is not None)
     _check_aligned_head_dim(q, "fwd")
     max_seqlen_q, max_seqlen_k = _check_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     V.check_like("q", q, out=out)
+    window = _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes)
     tensors = dict(q=q, k=k, v=v, out=out)
     V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
     V.check_device(**tensors, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
@@ -100,18 +109,20 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     if out is None:
         out = torch.empty_like(q)
     lse = torch.ops.flash_attn_cute.fwd(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                        float(softmax_scale), bool(causal))
+                                        float(softmax_scale), bool(causal), *window, float(softcap), alibi_slopes)
     return out, lse
 
 
 def bwd(dout, q, k, v, out, softmax_lse, dq=None, dk=None, dv=None, softmax_scale=None, causal=False,
-        cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, deterministic=False):
+        cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, deterministic=False,
+        window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
     """Low-level backward of `fwd`: returns (dq, dk, dv), like q, k, v.
 
     out and softmax_lse are what `fwd` returned for the same q, k, v, softmax_scale and causal;
     dout is the gradient of out (any strides with a contiguous last dimension). dq, dk, dv, if
     given, are written in place. With GQA / MQA, dk and dv are summed over the query heads that
     share each KV head. deterministic=True makes dq bitwise reproducible (dk and dv always are).
+    window_size, softcap and alibi_slopes must be those the forward ran with.
     """
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     V.check_qkv(q, k, v, varlen)
@@ -120,6 +131,7 @@ def bwd(dout, q, k, v, out, softmax_lse, dq=None, dk=None, dv=None, softmax_scal
     V.check_like("q", q, dout=dout, out=out, dq=dq)
     V.check_like("k", k, dk=dk, dv=dv)
     V.check_lse(softmax_lse, q, varlen)
+    window = _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes)
     tensors = dict(q=q, k=k, v=v, out=out, dout=dout, dq=dq, dk=dk, dv=dv)
     V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
     V.check_device(**tensors, softmax_lse=softmax_lse, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
@@ -130,6 +142,6 @@ def bwd(dout, q, k, v, out, softmax_lse, dq=None, dk=None, dv=None, softmax_scal
     dk = torch.empty_like(k) if dk is None else dk
     dv = torch.empty_like(v) if dv is None else dv
     torch.ops.flash_attn_cute.bwd(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
-                                  max_seqlen_q, max_seqlen_k, float(softmax_scale), bool(causal),
-                                  bool(deterministic))
+                                  max_seqlen_q, max_seqlen_k, float(softmax_scale), bool(causal), *window,
+                                  float(softcap), alibi_slopes, bool(deterministic))
     return dq, dk, dv

@@ -28,27 +28,29 @@ class _FlashAttnFunc(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                deterministic):
+                deterministic, window_size, softcap, alibi_slopes):
         head_dim = q.size(-1)
         if softmax_scale is None:
             softmax_scale = 1.0 / math.sqrt(head_dim)
         q, k, v = (_round_up_head_dim(x) for x in (q, k, v))
+        mods = dict(window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
         out, lse = fwd(q, k, v, softmax_scale=softmax_scale, causal=causal, cu_seqlens_q=cu_seqlens_q,
-                       cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
-        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
-        ctx.args = (head_dim, softmax_scale, causal, max_seqlen_q, max_seqlen_k, deterministic)
+                       cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, **mods)
+        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes)
+        ctx.args = (head_dim, softmax_scale, causal, max_seqlen_q, max_seqlen_k, deterministic, window_size, softcap)
         ctx.mark_non_differentiable(lse)
         return out[..., :head_dim], lse
 
     @staticmethod
     def backward(ctx, dout, dlse):
-        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
-        head_dim, softmax_scale, causal, max_seqlen_q, max_seqlen_k, deterministic = ctx.args
+        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes = ctx.saved_tensors
+        head_dim, softmax_scale, causal, max_seqlen_q, max_seqlen_k, deterministic, window_size, softcap = ctx.args
         dout = _kernel_layout(_round_up_head_dim(dout))
         dq, dk, dv = bwd(dout, q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal,
                          cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                         max_seqlen_k=max_seqlen_k, deterministic=deterministic)
-        return dq[..., :head_dim], dk[..., :head_dim], dv[..., :head_dim], None, None, None, None, None, None, None
+                         max_seqlen_k=max_seqlen_k, deterministic=deterministic, window_size=window_size,
+                         softcap=softcap, alibi_slopes=alibi_slopes)
+        return (dq[..., :head_dim], dk[..., :head_dim], dv[..., :head_dim]) + (None,) * 10
 
 
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
@@ -57,9 +59,11 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     if varlen:
         V.require_cu_seqlens(cu_seqlens_q, cu_seqlens_k)
     V.check_qkv(q, k, v, varlen)
-    V.check_not_implemented(dropout_p, window_size, softcap, alibi_slopes, block_table)
+    V.check_not_implemented(dropout_p, block_table)
+    batch = cu_seqlens_q.size(0) - 1 if varlen else q.size(0)
+    window_size = V.check_score_mods(window_size, softcap, alibi_slopes, batch, q.size(-2), q.device)
     out, lse = _FlashAttnFunc.apply(q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                    max_seqlen_k, bool(deterministic))
+                                    max_seqlen_k, bool(deterministic), window_size, float(softcap), alibi_slopes)
     return (out, lse, None) if return_attn_probs else out
 
 

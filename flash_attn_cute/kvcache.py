@@ -140,9 +140,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     cache_seqlens). cache_batch_idx picks the cache entry of each sequence; cache_leftpad[b] is where
     sequence b's keys start. Returns out like q, or (out, softmax_lse (batch, nheads, seqlen_q)) with
     return_softmax_lse."""
-    V.check_not_implemented(window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
     check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
                   block_table, num_splits)
+    window_size = V.check_score_mods(window_size, softcap, alibi_slopes, q.size(0), q.size(2), q.device)
     _ops._require_kernel(q.dtype, q.size(-1), causal)
     if softmax_scale is None:
         softmax_scale = q.size(-1) ** -0.5
@@ -166,5 +166,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         seqused_k = cache_seqlens + k.size(1)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.ops.flash_attn_cute.fwd_kvcache(q, k_cache, v_cache, out, seqused_k, cache_leftpad, cache_batch_idx,
-                                                block_table, softmax_scale, causal, num_splits)
+                                                block_table, softmax_scale, causal, *window_size, float(softcap),
+                                                alibi_slopes, num_splits)
     return (out, lse) if return_softmax_lse else out

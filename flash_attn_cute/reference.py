@@ -27,7 +27,8 @@ def _compute_dtype(dtype, upcast):
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, reorder_ops=False):
+def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, reorder_ops=False, window_size=(-1, -1),
+                  softcap=0.0, alibi_slopes=None):
     """Reference attention for padded (batch, seqlen, nheads, d) tensors.
 
     Args:
@@ -41,6 +42,12 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, reorde
             like flash-attn's "low-precision reference", and ``out`` has that dtype.
         reorder_ops: multiply q by the scale before QK^T instead of scaling the
             scores afterwards (changes rounding only).
+        window_size: (left, right); query i sees key j only if
+            i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right (-1: that
+            side unbounded). causal is right = 0.
+        softcap: > 0 replaces each scaled score s by softcap * tanh(s / softcap).
+        alibi_slopes: (nheads,) or (batch, nheads); adds -slope * |i + seqlen_k - seqlen_q - j|
+            to the (scaled, capped) score of query i and key j.
 
     Returns:
         (out, lse): out (batch, seqlen_q, nheads, d_v); lse (batch, nheads, seqlen_q)
@@ -66,15 +73,25 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, reorde
         scores = torch.einsum("bthd,bshd->bhts", q * softmax_scale, k)
     else:
         scores = torch.einsum("bthd,bshd->bhts", q, k) * softmax_scale
+    if softcap > 0:
+        scores = torch.tanh(scores / softcap) * softcap
 
+    row = torch.arange(seqlen_q, device=q.device).view(-1, 1)
+    col = torch.arange(seqlen_k, device=q.device).view(1, -1)
+    offset = row + (seqlen_k - seqlen_q) - col  # (seqlen_q, seqlen_k): how far key j lies left of the diagonal
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.to(scores.dtype).reshape(-1 if alibi_slopes.dim() == 2 else 1, nheads, 1, 1)
+        scores = scores - slopes * offset.abs().to(scores.dtype)
+    left, right = window_size
     if causal:
-        row = torch.arange(seqlen_q, device=q.device).view(-1, 1)
-        col = torch.arange(seqlen_k, device=q.device).view(1, -1)
-        masked = col > row + (seqlen_k - seqlen_q)  # (seqlen_q, seqlen_k), True = hidden
-        scores = scores.masked_fill(masked, float("-inf"))
-        row_empty = masked.all(dim=-1)  # (seqlen_q,)
-    else:
-        row_empty = torch.full((seqlen_q,), seqlen_k == 0, dtype=torch.bool, device=q.device)
+        right = 0
+    masked = torch.zeros(seqlen_q, seqlen_k, dtype=torch.bool, device=q.device)  # True = hidden
+    if right >= 0:
+        masked |= offset < -right
+    if left >= 0:
+        masked |= offset > left
+    scores = scores.masked_fill(masked, float("-inf"))
+    row_empty = masked.all(dim=-1) if seqlen_k else torch.ones(seqlen_q, dtype=torch.bool, device=q.device)
 
     lse = torch.logsumexp(scores.float(), dim=-1)  # -inf for empty rows
     lse = lse.masked_fill(row_empty.view(1, 1, -1), float("inf"))
@@ -88,15 +105,17 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, reorde
 
 
 def attention_varlen_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False,
-                         softmax_scale=None, upcast=True, reorder_ops=False):
+                         softmax_scale=None, upcast=True, reorder_ops=False, window_size=(-1, -1), softcap=0.0,
+                         alibi_slopes=None):
     """Reference attention for packed variable-length batches.
 
     Args:
         q: (total_q, nheads, d); k: (total_k, nheads_k, d); v: (total_k, nheads_k, d_v).
         cu_seqlens_q, cu_seqlens_k: int32 (batch + 1,) cumulative sequence offsets.
             Sequences of length 0 (either side) are allowed.
-        causal, softmax_scale, upcast, reorder_ops: as in :func:`attention_ref`,
-            applied per sequence (causal is bottom-right aligned per sequence).
+        causal, softmax_scale, upcast, reorder_ops, window_size, softcap, alibi_slopes: as in
+            :func:`attention_ref`, applied per sequence (bottom-right aligned per sequence;
+            (batch, nheads) slopes give sequence b row b).
 
     Returns:
         (out, lse): out (total_q, nheads, d_v); lse (nheads, total_q) float32
@@ -114,8 +133,10 @@ def attention_varlen_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False,
         q0, q1, k0, k1 = cu_q[b], cu_q[b + 1], cu_k[b], cu_k[b + 1]
         if q1 == q0:
             continue
+        slopes = alibi_slopes if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes[b:b + 1]
         o_b, lse_b = attention_ref(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], causal=causal,
-                                   softmax_scale=softmax_scale, upcast=upcast, reorder_ops=reorder_ops)
+                                   softmax_scale=softmax_scale, upcast=upcast, reorder_ops=reorder_ops,
+                                   window_size=window_size, softcap=softcap, alibi_slopes=slopes)
         out[q0:q1] = o_b[0]
         lse[:, q0:q1] = lse_b[0]
     return out, lse

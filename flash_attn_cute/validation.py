@@ -165,16 +165,34 @@ def check_device(**tensors):
               "flash_attn_cute needs compute capability 8.0 or newer")
 
 
-def check_not_implemented(dropout_p=0.0, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                          block_table=None):
+def check_not_implemented(dropout_p=0.0, block_table=None):
     """Features flash-attn 2.x has that this build does not yet: refuse, never ignore."""
     if dropout_p:
         raise NotImplementedError("flash_attn_cute: dropout_p > 0 is not implemented yet")
-    if tuple(window_size) != (-1, -1):
-        raise NotImplementedError("flash_attn_cute: window_size (local attention) is not implemented yet")
-    if softcap:
-        raise NotImplementedError("flash_attn_cute: softcap is not implemented yet")
-    if alibi_slopes is not None:
-        raise NotImplementedError("flash_attn_cute: alibi_slopes is not implemented yet")
     if block_table is not None:
-        raise NotImplementedError("flash_attn_cute: block_table (paged KV) is not implemented yet")
+        raise NotImplementedError("flash_attn_cute: block_table (paged KV) in flash_attn_varlen_func is not "
+                                  "implemented yet; flash_attn_with_kvcache takes paged caches")
+
+
+def check_score_mods(window_size, softcap, alibi_slopes, batch, nheads, device):
+    """window_size (left, right) with -1 = unbounded; softcap >= 0; alibi_slopes fp32 (nheads,) or
+    (batch, nheads) on q's device. Returns window_size as a tuple of two ints."""
+    try:
+        left, right = (int(x) for x in window_size)
+    except (TypeError, ValueError):
+        _fail(f"window_size must be a pair of ints (left, right), got {window_size!r}")
+    if left < -1 or right < -1:
+        _fail(f"window_size entries must be >= -1 (-1: unbounded), got {window_size!r}")
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not softcap >= 0:
+        _fail(f"softcap must be a number >= 0 (0: off), got {softcap!r}")
+    if alibi_slopes is not None:
+        _check_tensor("alibi_slopes", alibi_slopes)
+        if alibi_slopes.dtype != torch.float32 or tuple(alibi_slopes.shape) not in ((nheads,), (batch, nheads)):
+            _fail(f"alibi_slopes must be float32 of shape ({nheads},) or ({batch}, {nheads}), got "
+                  f"{alibi_slopes.dtype} {tuple(alibi_slopes.shape)}")
+        if alibi_slopes.device != device:
+            _fail(f"alibi_slopes is on {alibi_slopes.device} but q is on {device}")
+        if alibi_slopes.stride(-1) != 1:
+            _fail("alibi_slopes must have a contiguous last dimension")
+    return left, right
+

@@ -20,8 +20,8 @@ def _qkv(batch, seqlen_q, seqlen_k, nheads, nheads_k, d, d_v=None, seed=0, dtype
     return q, k, v
 
 
-def _naive(q, k, v, causal, scale):
-    """Per-row loop, float64, bottom-right causal; returns (out, lse) like attention_ref."""
+def _naive(q, k, v, causal, scale, window=(-1, -1), softcap=0.0, slopes=None):
+    """Per-row loop, float64, bottom-right causal / window; returns (out, lse) like attention_ref."""
     batch, sq, nheads, _ = q.shape
     sk, nheads_k = k.shape[1], k.shape[2]
     g = nheads // nheads_k
@@ -30,15 +30,25 @@ def _naive(q, k, v, causal, scale):
     for b in range(batch):
         for h in range(nheads):
             for i in range(sq):
-                n_vis = min(sk, i + sk - sq + 1) if causal else sk
-                if n_vis <= 0:
+                diag = i + sk - sq
+                lo = diag - window[0] if window[0] >= 0 else 0
+                hi = diag if causal else (diag + window[1] if window[1] >= 0 else sk - 1)
+                keys = [j for j in range(max(lo, 0), min(hi, sk - 1) + 1)]
+                if not keys:
                     continue
-                s = [float(q[b, i, h] @ k[b, j, h // g]) * scale for j in range(n_vis)]
+                s = []
+                for j in keys:
+                    x = float(q[b, i, h] @ k[b, j, h // g]) * scale
+                    if softcap:
+                        x = softcap * math.tanh(x / softcap)
+                    if slopes is not None:
+                        x -= float(slopes[h]) * abs(diag - j)
+                    s.append(x)
                 m = max(s)
                 w = [math.exp(x - m) for x in s]
                 tot = sum(w)
                 lse[b, h, i] = m + math.log(tot)
-                out[b, i, h] = sum(wj / tot * v[b, j, h // g] for j, wj in enumerate(w))
+                out[b, i, h] = sum(wj / tot * v[b, j, h // g] for j, wj in zip(keys, w))
     return out, lse
 
 
@@ -65,6 +75,20 @@ def test_matches_naive_loop(causal, seqlen_q, seqlen_k):
     out_n, lse_n = _naive(q, k, v, causal, 1 / math.sqrt(8))
     torch.testing.assert_close(out, out_n, atol=1e-12, rtol=0)
     torch.testing.assert_close(lse.double(), lse_n, atol=1e-5, rtol=1e-6)  # lse is float32
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window", [(-1, -1), (0, 0), (2, -1), (-1, 3), (3, 1), (20, 20)], ids=str)
+@pytest.mark.parametrize("softcap, alibi", [(0.0, False), (0.0, True), (1.5, False), (1.5, True)])
+@pytest.mark.parametrize("seqlen_q,seqlen_k", [(5, 9), (9, 5), (1, 7)])
+def test_score_mods_match_naive_loop(causal, window, softcap, alibi, seqlen_q, seqlen_k):
+    """Local windows (bottom-right aligned, with causal), softcap and ALiBi against a per-key loop."""
+    q, k, v = _qkv(2, seqlen_q, seqlen_k, 4, 2, 8, 6, seed=3 * seqlen_q + seqlen_k)
+    slopes = torch.tensor([0.5, 0.25, 0.125, 1.0], dtype=torch.float32) if alibi else None
+    out, lse = attention_ref(q, k, v, causal=causal, window_size=window, softcap=softcap, alibi_slopes=slopes)
+    out_n, lse_n = _naive(q, k, v, causal, 1 / math.sqrt(8), window, softcap, slopes)
+    torch.testing.assert_close(out, out_n, atol=1e-12, rtol=0)
+    torch.testing.assert_close(lse.double(), lse_n, atol=1e-5, rtol=1e-6)
 
 
 @pytest.mark.parametrize("dtype,upcast", [(torch.float32, True), (torch.bfloat16, False), (torch.float16, True)])

@@ -79,66 +79,86 @@ FLASH_HOST_DEVICE index_t paged_row_offset(FwdParams const& params, TensorView c
   return page * t.batch_stride + index_t(row % params.page_size) * t.row_stride;
 }
 
-// Key blocks visited by one query row block, walked from n_block_max - 1 down to n_block_min.
-// The top n_masked_steps blocks hold at least one invisible (row, key) pair and run the masked
-// step; every block below them is fully visible to every row and runs mask-free.
+// Key blocks visited by one query row block, walked from n_block_max - 1 down to n_block_min. Every
+// block in [n_block_min, n_block_max) holds a visible (row, key) pair. Blocks that also hold an
+// invisible pair run the masked step: the top n_masked_steps blocks (the causal diagonal, the right
+// window edge, the ragged end of the keys), and the blocks below n_block_unmasked_min (the left
+// window edge). The blocks in between run mask-free.
 struct NBlockRange {
   int n_block_min;
   int n_block_max;  // exclusive; n_block_max <= n_block_min means the rows see no key
   int n_masked_steps;
+  int n_block_unmasked_min;
+
+  FLASH_HOST_DEVICE constexpr bool is_masked(int n_block) const {
+    return n_block >= n_block_max - n_masked_steps || n_block < n_block_unmasked_min;
+  }
 };
 
-// Query row i sees key j iff j < seqlen_k and, when causal, j <= i + seqlen_k - seqlen_q
-// (bottom-right aligned, flash-attn >= 2.1).
-FLASH_HOST_DEVICE constexpr NBlockRange fwd_n_block_range(int m_block, int block_m, int block_n,
-                                                         int seqlen_q, int seqlen_k, bool is_causal) {
-  const int diag_offset = seqlen_k - seqlen_q;
-  // One past the last key seen by the block's last row, and by its first row.
-  int key_end_last_row = seqlen_k;
-  int key_end_first_row = seqlen_k;
-  if (is_causal) {
-    const int last_row_end = (m_block + 1) * block_m + diag_offset;
-    const int first_row_end = m_block * block_m + diag_offset + 1;
-    key_end_last_row = last_row_end < seqlen_k ? last_row_end : seqlen_k;
-    key_end_first_row = first_row_end < seqlen_k ? first_row_end : seqlen_k;
-  }
-  const int n_block_max = key_end_last_row > 0 ? ceil_div(key_end_last_row, block_n) : 0;
-  // Blocks that end at or before key_end_first_row are visible to every row of the block.
-  int n_unmasked = key_end_first_row > 0 ? key_end_first_row / block_n : 0;
-  if (n_unmasked > n_block_max) n_unmasked = n_block_max;
-  return {0, n_block_max, n_block_max - n_unmasked};
+FLASH_HOST_DEVICE constexpr int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+FLASH_HOST_DEVICE constexpr int min_int(int a, int b) { return a < b ? a : b; }
+FLASH_HOST_DEVICE constexpr int max_int(int a, int b) { return a > b ? a : b; }
+
+FLASH_HOST_DEVICE constexpr NBlockRange fwd_n_block_range(int m_block, int block_m, int block_n, int seqlen_q,
+                                                         int seqlen_k, Window window) {
+  const int diag = seqlen_k - seqlen_q;
+  const int first_row = m_block * block_m;
+  const int last_row = min_int(first_row + block_m, seqlen_q) - 1;  // rows past seqlen_q are not output
+  if (last_row < first_row) return {0, 0, 0, 0};
+  // One past the last key seen by the block's last and first row; the first key of its first and
+  // last row.
+  const int key_end_last = window.right >= 0 ? min_int(seqlen_k, last_row + diag + window.right + 1) : seqlen_k;
+  const int key_end_first = window.right >= 0 ? min_int(seqlen_k, first_row + diag + window.right + 1) : seqlen_k;
+  const int key_begin_first = window.left >= 0 ? max_int(0, first_row + diag - window.left) : 0;
+  const int key_begin_last = window.left >= 0 ? max_int(0, last_row + diag - window.left) : 0;
+  const int n_block_min = key_begin_first / block_n;
+  const int n_block_max = key_end_last > key_begin_first ? ceil_div(key_end_last, block_n) : n_block_min;
+  // Blocks that end at or before key_end_first are visible to every row on the right; blocks that
+  // start at or after key_begin_last, on the left.
+  const int n_full_right = max_int(n_block_min, min_int(n_block_max, key_end_first > 0 ? key_end_first / block_n : 0));
+  const int n_full_left = min_int(n_block_max, max_int(n_block_min, ceil_div(key_begin_last, block_n)));
+  return {n_block_min, n_block_max, n_block_max - n_full_right, n_full_left};
 }
 
 // Query row blocks that see at least one key of key block n_block, walked upward from m_block_min
-// (the backward's loop). The first n_masked_steps blocks hold an invisible (row, key) pair: the
-// causal diagonal, or every block when the key block runs past seqlen_k. The rest run mask-free.
-// The inverse of fwd_n_block_range: m_block is in the range of n_block iff n_block < its n_block_max.
+// (the backward's loop). Blocks below m_block_min + n_masked_steps (the causal diagonal and right
+// window edge, or every block when the key block runs past seqlen_k) and blocks from
+// m_block_unmasked_max on (the left window edge) hold an invisible (row, key) pair and run masked.
+// The inverse of fwd_n_block_range: m_block is in the range of n_block iff n_block is in its range.
 struct MBlockRange {
   int m_block_min;
   int m_block_max;  // exclusive; m_block_max <= m_block_min means no row sees the key block
   int n_masked_steps;
+  int m_block_unmasked_max;
+
+  FLASH_HOST_DEVICE constexpr bool is_masked(int m_block) const {
+    return m_block < m_block_min + n_masked_steps || m_block >= m_block_unmasked_max;
+  }
 };
 
-FLASH_HOST_DEVICE constexpr MBlockRange bwd_m_block_range(int n_block, int block_m, int block_n,
-                                                         int seqlen_q, int seqlen_k, bool is_causal) {
-  const int m_block_max = ceil_div(seqlen_q, block_m);
+FLASH_HOST_DEVICE constexpr MBlockRange bwd_m_block_range(int n_block, int block_m, int block_n, int seqlen_q,
+                                                         int seqlen_k, Window window) {
   const int key_first = n_block * block_n;
-  if (key_first >= seqlen_k) return {0, 0, 0};
+  if (key_first >= seqlen_k || seqlen_q <= 0) return {0, 0, 0, 0};
   const int key_end = (n_block + 1) * block_n;
-  const int key_last = (key_end < seqlen_k ? key_end : seqlen_k) - 1;
-  int m_block_min = 0;
-  int m_block_full = 0;  // the first block whose every row sees every key of the key block
-  if (is_causal) {
-    // Row i sees key j iff i >= j - (seqlen_k - seqlen_q).
-    const int diag_offset = seqlen_k - seqlen_q;
-    const int first_row = key_first - diag_offset;
-    const int full_row = key_last - diag_offset;
-    m_block_min = first_row > 0 ? first_row / block_m : 0;
-    m_block_full = full_row > 0 ? ceil_div(full_row, block_m) : 0;
-  }
-  if (m_block_min >= m_block_max) return {m_block_min, m_block_min, 0};
-  const int masked_end = key_end > seqlen_k ? m_block_max : (m_block_full < m_block_max ? m_block_full : m_block_max);
-  return {m_block_min, m_block_max, masked_end > m_block_min ? masked_end - m_block_min : 0};
+  const int key_last = min_int(key_end, seqlen_k) - 1;
+  const int diag = seqlen_k - seqlen_q;
+  // Row i sees key j iff j - diag - right <= i <= j - diag + left: the rows that see some key of
+  // the block, and the blocks whose every row sees every key.
+  const int row_lo = window.right >= 0 ? max_int(0, key_first - diag - window.right) : 0;
+  const int row_hi = window.left >= 0 ? min_int(seqlen_q - 1, key_last - diag + window.left) : seqlen_q - 1;
+  if (row_lo > row_hi) return {0, 0, 0, 0};
+  const int m_block_min = row_lo / block_m;
+  const int m_block_max = row_hi / block_m + 1;
+  // Every row of block m sees every key of the block on the right iff its first row does, on the
+  // left iff its last row (< seqlen_q) does.
+  const int row_full_hi = key_first - diag + window.left;  // the last row that sees key_first
+  int full_lo = window.right >= 0 ? ceil_div(max_int(0, key_last - diag - window.right), block_m) : 0;
+  int full_hi = window.left < 0 || row_full_hi >= seqlen_q - 1 ? m_block_max : floor_div(row_full_hi + 1, block_m);
+  if (key_end > seqlen_k) full_lo = m_block_max;  // the ragged last key block: every row block masked
+  full_lo = min_int(m_block_max, max_int(m_block_min, full_lo));
+  full_hi = min_int(m_block_max, max_int(full_lo, full_hi));
+  return {m_block_min, m_block_max, full_lo - m_block_min, full_hi};
 }
 
 }  // namespace flash_attn_cute

@@ -41,7 +41,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   const BlockInfo binfo(params, bidb);
   if (n_block * kBlockN >= binfo.seqlen_k) return;
   const MBlockRange range =
-      bwd_m_block_range(n_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, Is_causal);
+      bwd_m_block_range(n_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, params.window);
   const int group = params.heads / params.heads_k;
   const index_t n_start = index_t(n_block) * kBlockN;
   const int keys_left = binfo.seqlen_k - int(n_start);
@@ -151,7 +151,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   Tensor tdQsKt = copy_dq_B.get_thread_slice(tidx).partition_S(sKt);  // (CPY, CPY_K, CPY_N)
   Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(tile_mk));   // (MMA, MMA_M, MMA_K) -> (m, k)
 
-  const FwdMask<Is_causal> mask{binfo.seqlen_q, binfo.seqlen_k};
+  const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, params.window};
   constexpr int kRows = decltype(size<0>(tScS_rc))::value;
 
   // One query row block of query head bidh. On entry its Q and dO are in flight into `slot`;
@@ -177,6 +177,12 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
     clear(tSrS);
     gemm_ss(mma_sdp, tSrS, tSrQ, tSrK, in_slot(tSsQ, slot, kSlot), tSsK, copy_sdp_A, copy_sdp_B, tidx);
+    if (params.softcap > 0.f) apply_softcap(tSrS, params.softcap);
+    const float alibi_slope =
+        params.alibi_slopes ? params.alibi_slopes[bidb * params.alibi_batch_stride + bidh] / params.softmax_scale : 0.f;
+    if (params.alibi_slopes) {
+      apply_alibi(tSrS, tScS, m_start, int(n_start), binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
+    }
     if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScS, m_start, int(n_start));
     Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
     probs_from_lse(tSrS_rc, lse_log2, params.softmax_scale_log2);
@@ -185,6 +191,13 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     gemm_ss(mma_sdp, tdPrdP, tdPrdO, tdPrV, in_slot(tdPsdO, slot, kSlot), tdPsV, copy_sdp_A, copy_sdp_B, tidx);
     Tensor tdPrdP_rc = make_tensor(tdPrdP.data(), acc_layout_rowcol(tdPrdP.layout()));  // (rows, cols)
     dscores(tdPrdP_rc, tSrS_rc, dsum);
+    if (params.softcap > 0.f) {
+      // Through the cap: dS *= 1 - tanh^2, with tanh recovered from P (and the ALiBi bias added back).
+      softcap_dscores(tdPrdP_rc, tSrS_rc, lse_log2, params.softmax_scale_log2, [&](int mi, int ni) {
+        return alibi_slope * alibi_distance(m_start + get<0>(tScS_rc(mi, ni)), int(n_start) + get<1>(tScS_rc(mi, ni)),
+                                            binfo.seqlen_q, binfo.seqlen_k);
+      });
+    }
     Tensor rP = convert_type<Element>(tSrS);
     Tensor rdS = convert_type<Element>(tdPrdP);
     copy(copy_pds, copy_pds.get_thread_slice(tidx).retile_S(rP), tPsP);
@@ -200,7 +213,13 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
                          : nullptr;
     float* gdQaccum = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
                       m_start * params.dq_accum_row_stride;
-    add_dq_tile(acc_dq, tdQcdQ, gdQaccum, int(params.dq_accum_row_stride), semaphore, n_block);
+    // Deterministic order: the key blocks that visit this row block, from its first one up.
+    const int dq_order =
+        semaphore == nullptr || params.window.left < 0
+            ? n_block
+            : n_block - fwd_n_block_range(m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, params.window)
+                            .n_block_min;
+    add_dq_tile(acc_dq, tdQcdQ, gdQaccum, int(params.dq_accum_row_stride), semaphore, dq_order);
     gemm_ss(mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, in_slot(tdKsQt, slot, kSlot), copy_dkv_A, copy_dkv_B, tidx);
   };
 
@@ -227,8 +246,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
         const bool has_next = !last_of_head || bidh + 1 < bidh_end;
         const int next_bidh = last_of_head ? bidh + 1 : bidh;
         const int next_m_block = m_block_of(last_of_head ? 0 : step + 1);
-        // The masked row blocks are the first n_masked_steps of the range (the causal diagonal).
-        if (m_block - range.m_block_min < range.n_masked_steps) {
+        if (range.is_masked(m_block)) {
           bwd_step(bidh, m_block, slot, cute::true_type{}, has_next, next_bidh, next_m_block);
         } else {
           bwd_step(bidh, m_block, slot, cute::false_type{}, has_next, next_bidh, next_m_block);
@@ -240,7 +258,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   __syncthreads();  // every warp is done reading K and V
   Tensor gdK = k_side_tile(params.dk);
   Tensor gdV = k_side_tile(params.dv);
-  write_kv_tile<Traits, Is_even_K>(mma_dkv, acc_dk, params.softmax_scale, sK, gdK, keys_left, params.head_dim, tidx);
+  write_kv_tile<Traits, Is_even_K>(mma_dkv, acc_dk, params.score_scale, sK, gdK, keys_left, params.head_dim, tidx);
   write_kv_tile<Traits, Is_even_K>(mma_dkv, acc_dv, 1.f, sV, gdV, keys_left, params.head_dim, tidx);
 }
 

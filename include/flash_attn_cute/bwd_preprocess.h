@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(RowWalk::kThreads) bwd_dot_do_o_kernel(__grid_
   if (walk.lane == 0) params.dsoftmax_sum_ptr[binfo.lse_offset(params, bidb, bidh) + walk.row] = dot;
 }
 
-// grid (ceil_div(seqlen_q, kRowsPerCta), batch, heads): dQ = softmax_scale * dq_accum.
+// grid (ceil_div(seqlen_q, kRowsPerCta), batch, heads): dQ = score_scale * dq_accum.
 template <class Element>
 __global__ void __launch_bounds__(RowWalk::kThreads) bwd_convert_dq_kernel(__grid_constant__ const BwdParams params) {
   const RowWalk walk;
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(RowWalk::kThreads) bwd_convert_dq_kernel(__gri
        col += RowWalk::kThreadsPerRow * RowWalk::kElemsPerVector) {
     AlignedVector<float> acc = *reinterpret_cast<AlignedVector<float> const*>(accum_row + col);
 #pragma unroll
-    for (int i = 0; i < RowWalk::kElemsPerVector; ++i) acc[i] *= params.softmax_scale;
+    for (int i = 0; i < RowWalk::kElemsPerVector; ++i) acc[i] *= params.score_scale;
     AlignedVector<Element> out;
     static_cast<cutlass::Array<Element, RowWalk::kElemsPerVector>&>(out) =
         cutlass::NumericArrayConverter<Element, float, RowWalk::kElemsPerVector>{}(acc);

@@ -19,10 +19,11 @@ namespace flash_attn_cute {
 
 using namespace cute;
 
-// Is_even_K: head_dim == kHeadDim, so no column predicates. Is_split: the split-KV kernel. It runs
+// Is_even_K: head_dim == kHeadDim, so no column predicates. Has_mods: softcap / ALiBi (params.h).
+// Is_split: the split-KV kernel. It runs
 // split `split` of params.num_splits and writes a partial (O, LSE) for the combine kernel
 // (split_kv.h), or O and LSE themselves when num_splits is 1; it also reads paged K / V.
-template <class Traits, bool Is_causal, bool Is_even_K, bool Is_split>
+template <class Traits, bool Is_causal, bool Is_even_K, bool Is_split, bool Has_mods>
 __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* smem, int m_block, int bidb,
                                               int bidh, int split) {
   using Element = typename Traits::Element;
@@ -33,7 +34,7 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
 
   const BlockInfo binfo(params, bidb);
   if (m_block * kBlockM >= binfo.seqlen_q) return;
-  NBlockRange range = fwd_n_block_range(m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, Is_causal);
+  NBlockRange range = fwd_n_block_range(m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, params.window);
   if constexpr (Is_split) range = split_n_block_range(range, params.num_splits, split);
   const int bidh_kv = bidh / (params.heads / params.heads_k);
   const int rows_left = binfo.seqlen_q - m_block * kBlockM;
@@ -115,7 +116,10 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
   Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (MMA, MMA_M, MMA_N)
 
   Softmax<2 * decltype(size<1>(tOrO))::value> softmax;
-  const FwdMask<Is_causal> mask{binfo.seqlen_q, binfo.seqlen_k};
+  const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, params.window};
+  const float alibi_slope = Has_mods && params.alibi_slopes
+                                ? params.alibi_slopes[bidb * params.alibi_batch_stride + bidh] / params.softmax_scale
+                                : 0.f;
   Tensor tOrO_rc = make_tensor(tOrO.data(), acc_layout_rowcol(tOrO.layout()));  // (rows, head_dim cols)
 
   // One key block: S = Q K^T, mask, online softmax, O += P V. On entry K(n_block) is in flight;
@@ -128,6 +132,12 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
     load_kv(tVgV, tVsV, v_ptr, params.v, n_block, is_masked);
     cp_async_fence();
     gemm_ss(tiled_mma, tSrS, tSrQ, tSrK, tSsQ, tSsK, smem_tiled_copy_Q, smem_tiled_copy_K, tidx);
+    if constexpr (Has_mods) {
+      if (params.softcap > 0.f) apply_softcap(tSrS, params.softcap);
+      if (params.alibi_slopes) {
+        apply_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
+      }
+    }
     if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScS, int(m_start), n_block * kBlockN);
     cp_async_wait<0>();
     __syncthreads();  // V(n_block) has landed; every warp is done reading K(n_block) and Q
@@ -151,15 +161,15 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
     copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, tQgQ, tQsQ, tQcQ, rows_left, params.head_dim);
     load_kv(tKgK, tKsK, k_ptr, params.k, range.n_block_max - 1, cute::true_type{});
     cp_async_fence();
-    int n_block = range.n_block_max - 1;
     // The first step always runs masked (a no-op mask when its block is fully visible), so only
-    // the masked loop carries the Is_first softmax variant: one copy fewer of the loop body.
-    const int n_masked_steps = max(range.n_masked_steps, 1);
-    for (int step = 0; step < n_masked_steps; ++step, --n_block) {
-      fwd_step(n_block, cute::true_type{}, step == 0);
-    }
-    for (; n_block >= range.n_block_min; --n_block) {
-      fwd_step(n_block, cute::false_type{}, false);
+    // the masked step carries the Is_first softmax variant: one copy fewer of the loop body.
+    for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
+      const bool is_first = n_block == range.n_block_max - 1;
+      if (is_first || range.is_masked(n_block)) {
+        fwd_step(n_block, cute::true_type{}, is_first);
+      } else {
+        fwd_step(n_block, cute::false_type{}, false);
+      }
     }
   }
   // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
@@ -174,7 +184,7 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
 }
 
 // grid: (query row blocks [x num_splits, splits slowest], batch, heads).
-template <class Traits, bool Is_causal, bool Is_even_K, bool Is_split>
+template <class Traits, bool Is_causal, bool Is_even_K, bool Is_split, bool Has_mods>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_fwd_kernel(__grid_constant__ const FwdParams params) {
   extern __shared__ __align__(128) char smem[];
   const int m_blocks = Is_split ? int(gridDim.x) / params.num_splits : int(gridDim.x);
@@ -183,7 +193,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_fwd_kernel(__grid_
   // Causal row blocks near the end of the sequence see the most keys: start them first so the
   // short ones fill the tail of the grid.
   const int m_block = Is_causal ? m_blocks - 1 - m_idx : m_idx;
-  fwd_row_block<Traits, Is_causal, Is_even_K, Is_split>(params, smem, m_block, blockIdx.y, blockIdx.z, split);
+  fwd_row_block<Traits, Is_causal, Is_even_K, Is_split, Has_mods>(params, smem, m_block, blockIdx.y, blockIdx.z,
+                                                                  split);
 }
 
 }  // namespace flash_attn_cute

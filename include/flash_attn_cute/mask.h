@@ -1,4 +1,5 @@
-// The visibility rule and its application to one tile of scores.
+// The visibility rule (block_info.h's Window) and the score transforms applied to one tile of
+// scores before the softmax: the mask, ALiBi and softcap.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -7,14 +8,16 @@
 
 namespace flash_attn_cute {
 
-template <bool Is_causal>
 struct FwdMask {
   int seqlen_q;
   int seqlen_k;
+  Window window;
 
   // Row and column are positions in the sequence, not in the tile.
   FLASH_HOST_DEVICE constexpr bool key_visible(int row, int col) const {
-    return col < seqlen_k && (!Is_causal || col <= row + seqlen_k - seqlen_q);
+    const int diag = seqlen_k - seqlen_q;
+    return col < seqlen_k && (window.right < 0 || col <= row + diag + window.right) &&
+           (window.left < 0 || col >= row + diag - window.left);
   }
 
 #if defined(__CUDACC__)
@@ -32,5 +35,39 @@ struct FwdMask {
   }
 #endif
 };
+
+// ALiBi (flash-attn 2.x's convention): the logit of (row i, key j) gets -slope * |i + seqlen_k -
+// seqlen_q - j|. Scores are in units of the softmax scale, so the kernels add bias / softmax_scale.
+FLASH_HOST_DEVICE constexpr float alibi_distance(int row, int col, int seqlen_q, int seqlen_k) {
+  const int d = row + seqlen_k - seqlen_q - col;
+  return float(d < 0 ? -d : d);
+}
+
+#if defined(__CUDACC__)
+// Adds -slope_scaled * distance to every score of the tile (slope_scaled = slope / softmax_scale).
+template <class TensorS, class TensorC>
+__device__ __forceinline__ void apply_alibi(TensorS& tSrS, TensorC const& tScS, int row0, int col0, int seqlen_q,
+                                            int seqlen_k, float slope_scaled) {
+#pragma unroll
+  for (int i = 0; i < cute::size(tSrS); ++i) {
+    tSrS(i) -= slope_scaled * alibi_distance(row0 + cute::get<0>(tScS(i)), col0 + cute::get<1>(tScS(i)), seqlen_q,
+                                             seqlen_k);
+  }
+}
+
+// Softcap: score s becomes tanh(s * softcap) (the softmax then scales by the cap), i.e. the logit
+// cap * tanh(s * softmax_scale / cap). tanh.approx, as flash-attn 2.x.
+__device__ __forceinline__ float fast_tanh(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <class TensorS>
+__device__ __forceinline__ void apply_softcap(TensorS& tSrS, float softcap) {
+#pragma unroll
+  for (int i = 0; i < cute::size(tSrS); ++i) tSrS(i) = fast_tanh(tSrS(i) * softcap);
+}
+#endif
 
 }  // namespace flash_attn_cute

@@ -16,6 +16,15 @@ using index_t = int64_t;
 
 enum class DType : int { kFloat16 = 0, kBFloat16 = 1 };
 
+// The keys a query row sees: row i sees key j iff 0 <= j < seqlen_k and
+//   i + diag - left <= j <= i + diag + right,   diag = seqlen_k - seqlen_q
+// (bottom-right aligned, flash-attn >= 2.1), where a negative side is unbounded. Causal is
+// right = 0; (-1, -1) is full attention.
+struct Window {
+  int left = -1;
+  int right = -1;
+};
+
 // Where one tensor of shape (batch, seqlen, heads, dim) lives. In varlen mode the batch stride is
 // unused: rows of sequence b start at cu_seqlens[b] of a (total, heads, dim) tensor.
 struct TensorView {
@@ -61,8 +70,22 @@ struct FwdParams {
   index_t block_table_batch_stride = 0;
   int page_size = 0;
 
-  float softmax_scale = 0.f;       // applied to q.k before the softmax
+  float softmax_scale = 0.f;       // applied to the scores by the softmax (the cap under softcap)
   float softmax_scale_log2 = 0.f;  // softmax_scale * log2(e): the kernel exponentiates with exp2
+  float score_scale = 0.f;         // the scale of q.k in the logits (the gradients' scale)
+
+  // Score transforms (flash-attn 2.x), all off by default. The logit of (row i, key j) is
+  //   cap * tanh(q.k * score_scale / cap)   (softcap > 0; softcap = score_scale / cap), else q.k * score_scale,
+  // minus alibi_slopes[b * alibi_batch_stride + h] * |i + seqlen_k - seqlen_q - j| when alibi_slopes
+  // is given, with the keys outside `window` hidden.
+  Window window;
+  float softcap = 0.f;
+  const float* alibi_slopes = nullptr;
+  index_t alibi_batch_stride = 0;
+
+  // Softcap and ALiBi cost work on every score, so they run in their own kernel instantiations
+  // (kHasMods); the window costs nothing outside the masked steps and is always compiled in.
+  FLASH_PARAMS_HOST_DEVICE bool has_score_mods() const { return softcap > 0.f || alibi_slopes != nullptr; }
 
   bool is_causal = false;
   DType dtype = DType::kBFloat16;

@@ -39,8 +39,9 @@ FLASH_HOST_DEVICE constexpr int num_splits_heuristic(int ctas, int slots, int n_
 }
 
 // The key blocks of split `split` out of `num_splits` over a query block's range [n_block_min,
-// n_block_max): consecutive equal shares (the last ones may be short or empty). The masked steps
-// stay at the top of the whole range, so only the split holding the top blocks runs them.
+// n_block_max): consecutive equal shares (the last ones may be short or empty). Each block keeps
+// its masked / mask-free kind: the top masked blocks of the whole range are the top blocks of the
+// splits that hold them, and the left window's masked blocks stay below n_block_unmasked_min.
 FLASH_HOST_DEVICE constexpr NBlockRange split_n_block_range(NBlockRange full, int num_splits, int split) {
   const int total = full.n_block_max > full.n_block_min ? full.n_block_max - full.n_block_min : 0;
   const int per_split = ceil_div(total, num_splits > 0 ? num_splits : 1);
@@ -50,7 +51,8 @@ FLASH_HOST_DEVICE constexpr NBlockRange split_n_block_range(NBlockRange full, in
   if (lo > hi) lo = hi;
   const int first_masked = full.n_block_max - full.n_masked_steps;  // blocks at or above it are masked
   const int masked = hi > first_masked ? hi - (lo > first_masked ? lo : first_masked) : 0;
-  return {lo, hi, masked};
+  const int unmasked_min = full.n_block_unmasked_min < lo ? lo : (full.n_block_unmasked_min > hi ? hi : full.n_block_unmasked_min);
+  return {lo, hi, masked, unmasked_min};
 }
 
 // Merges the partial results of one query row over its splits. Each split reports the natural-log

@@ -121,33 +121,39 @@ void test_tile_table() {
 
 // ----------------------------------------------------------------------------------------------
 // The visibility rule, written independently of the headers: key j is visible to query row i iff
-// it exists (0 <= j < seqlen_k) and, causal, lies at or left of the bottom-right-aligned diagonal.
+// it exists (0 <= j < seqlen_k) and lies within the window around the bottom-right-aligned diagonal
+// (causal: at or left of it).
 
-inline bool ref_visible(long i, long j, long seqlen_q, long seqlen_k, bool causal) {
+// The windows the range and mask tests sweep: full, causal, local on either or both sides.
+const Window kWindows[] = {{-1, -1}, {-1, 0}, {0, 0}, {5, -1}, {-1, 7}, {17, 3}, {64, 0}, {3, 40}, {0, -1}, {200, 100}};
+
+std::string window_str(Window w) { return fmt("window (%d, %d)", w.left, w.right); }
+
+inline bool ref_visible(long i, long j, long seqlen_q, long seqlen_k, Window w) {
   if (j < 0 || j >= seqlen_k) return false;
-  if (causal && j - i > seqlen_k - seqlen_q) return false;
+  const long diag = i + seqlen_k - seqlen_q;  // the key on row i's diagonal
+  if (w.right >= 0 && j > diag + w.right) return false;
+  if (w.left >= 0 && j < diag - w.left) return false;
   return true;
 }
 
-template <bool kCausal>
-bool header_visible(int i, int j, int seqlen_q, int seqlen_k) {
-  return FwdMask<kCausal>{seqlen_q, seqlen_k}.key_visible(i, j);
+bool header_visible(int i, int j, int seqlen_q, int seqlen_k, Window w = {}) {
+  return FwdMask{seqlen_q, seqlen_k, w}.key_visible(i, j);
 }
 
 // mask: FwdMask::key_visible agrees with ref_visible, rows past seqlen_q included.
 void test_mask() {
   long mismatches = 0;
-  for (int causal = 0; causal < 2; ++causal) {
+  for (Window w : kWindows) {
     for (int sq = 0; sq <= 40; ++sq) {
       for (int sk = 0; sk <= 40; ++sk) {
         for (int i = 0; i < sq + 20; ++i) {
           for (int j = 0; j < sk + 20; ++j) {
-            const bool want = ref_visible(i, j, sq, sk, causal);
-            const bool got = causal ? header_visible<true>(i, j, sq, sk) : header_visible<false>(i, j, sq, sk);
-            if (want != got) {
-              ++mismatches;
-              CHECK(want == got, fmt("key_visible(row %d, col %d) seqlen_q %d seqlen_k %d causal %d: got %d",
-                                     i, j, sq, sk, causal, got));
+            const bool want = ref_visible(i, j, sq, sk, w);
+            const bool got = header_visible(i, j, sq, sk, w);
+            if (want != got && ++mismatches <= 5) {
+              CHECK(want == got, fmt("key_visible(row %d, col %d) seqlen_q %d seqlen_k %d ", i, j, sq, sk) +
+                                     window_str(w) + fmt(": got %d", got));
             }
           }
         }
@@ -155,13 +161,19 @@ void test_mask() {
     }
   }
   // A few spot values, hand-checked.
-  CHECK(header_visible<true>(0, 0, 4, 4), "causal square: row 0 sees key 0");
-  CHECK(!header_visible<true>(0, 1, 4, 4), "causal square: row 0 does not see key 1");
-  CHECK(header_visible<true>(0, 2, 2, 4), "causal, seqlen_k - seqlen_q = 2: row 0 sees key 2");
-  CHECK(!header_visible<true>(0, 0, 4, 2), "causal, seqlen_q > seqlen_k: row 0 sees nothing");
-  CHECK(header_visible<true>(2, 0, 4, 2), "causal, seqlen_q > seqlen_k: row 2 sees key 0");
-  CHECK(!header_visible<false>(0, 4, 4, 4), "non-causal: key seqlen_k is out of range");
-  CHECK(header_visible<false>(100, 3, 4, 4), "non-causal: a row past seqlen_q sees every key");
+  const Window causal{-1, 0};
+  CHECK(header_visible(0, 0, 4, 4, causal), "causal square: row 0 sees key 0");
+  CHECK(!header_visible(0, 1, 4, 4, causal), "causal square: row 0 does not see key 1");
+  CHECK(header_visible(0, 2, 2, 4, causal), "causal, seqlen_k - seqlen_q = 2: row 0 sees key 2");
+  CHECK(!header_visible(0, 0, 4, 2, causal), "causal, seqlen_q > seqlen_k: row 0 sees nothing");
+  CHECK(header_visible(2, 0, 4, 2, causal), "causal, seqlen_q > seqlen_k: row 2 sees key 0");
+  CHECK(!header_visible(0, 4, 4, 4), "non-causal: key seqlen_k is out of range");
+  CHECK(header_visible(100, 3, 4, 4), "non-causal: a row past seqlen_q sees every key");
+  CHECK(!header_visible(10, 7, 16, 16, {2, 0}), "window (2, 0): row 10 does not see key 7");
+  CHECK(header_visible(10, 8, 16, 16, {2, 0}), "window (2, 0): row 10 sees key 8");
+  CHECK(!header_visible(10, 12, 16, 16, {2, 1}), "window (2, 1): row 10 does not see key 12");
+  CHECK(header_visible(0, 4, 4, 8, {0, 0}), "window (0, 0), seqlen_k - seqlen_q = 4: row 0 sees key 4");
+  CHECK(!header_visible(0, 3, 4, 8, {0, 0}), "window (0, 0), seqlen_k - seqlen_q = 4: row 0 misses key 3");
   if (mismatches == 0) ++g_passed;
 }
 
@@ -189,29 +201,27 @@ std::vector<int> seqlen_values(int block_m, int block_n) {
   return out;
 }
 
-// Checks one (query block, sizes). Returns false on the first failing property (already recorded).
-bool check_range(int block_m, int block_n, int sq, int sk, bool causal, int m_block,
-                 std::vector<unsigned char>& any_vis, std::vector<unsigned char>& any_invis) {
-  const NBlockRange r = fwd_n_block_range(m_block, block_m, block_n, sq, sk, causal);
-  const std::string where = fmt("fwd_n_block_range(m_block=%d, block_m=%d, block_n=%d, seqlen_q=%d, "
-                                "seqlen_k=%d, causal=%d) = {min %d, max %d, masked %d}",
-                                m_block, block_m, block_n, sq, sk, int(causal), r.n_block_min,
-                                r.n_block_max, r.n_masked_steps);
+// Checks one (query block, sizes, window) against brute force over its real rows (< seqlen_q: rows
+// past it are never output). Returns false on the first failing property (already recorded).
+bool check_range(int block_m, int block_n, int sq, int sk, Window w, int m_block, std::vector<unsigned char>& any_vis,
+                 std::vector<unsigned char>& any_invis) {
+  const NBlockRange r = fwd_n_block_range(m_block, block_m, block_n, sq, sk, w);
+  const std::string where = fmt("fwd_n_block_range(m_block=%d, block_m=%d, block_n=%d, seqlen_q=%d, seqlen_k=%d, ",
+                                m_block, block_m, block_n, sq, sk) +
+                            window_str(w) + fmt(") = {min %d, max %d, masked %d, unmasked_min %d}", r.n_block_min,
+                                                r.n_block_max, r.n_masked_steps, r.n_block_unmasked_min);
   // Scan every key block of seqlen_k and one past it (keys >= seqlen_k are invisible under the rule,
   // so blocks further out are empty; a range reaching them fails the [lo, hi) comparison below).
   const int n_scan = (sk + block_n - 1) / block_n + 1;
   any_vis.assign(n_scan, 0);
   any_invis.assign(n_scan, 0);
   const int row0 = m_block * block_m;
+  const int row_end = std::min(row0 + block_m, sq);
   for (int nb = 0; nb < n_scan; ++nb) {
     // Every (row, key) pair of the block, stopping once it is known to hold both kinds.
-    for (int i = row0; i < row0 + block_m && !(any_vis[nb] && any_invis[nb]); ++i) {
+    for (int i = row0; i < row_end && !(any_vis[nb] && any_invis[nb]); ++i) {
       for (int j = nb * block_n; j < (nb + 1) * block_n && !(any_vis[nb] && any_invis[nb]); ++j) {
-        if (ref_visible(i, j, sq, sk, causal)) {
-          any_vis[nb] = 1;
-        } else {
-          any_invis[nb] = 1;
-        }
+        (ref_visible(i, j, sq, sk, w) ? any_vis[nb] : any_invis[nb]) = 1;
       }
     }
   }
@@ -241,36 +251,31 @@ bool check_range(int block_m, int block_n, int sq, int sk, bool causal, int m_bl
           where + fmt(": blocks holding a visible pair are [%d, %d)", lo, hi));
     return false;
   }
-  if (r.n_masked_steps < 0 || r.n_masked_steps > r.n_block_max - r.n_block_min) {
-    CHECK(false, where + ": n_masked_steps out of [0, n_block_max - n_block_min]");
+  if (r.n_masked_steps < 0 || r.n_masked_steps > r.n_block_max - r.n_block_min ||
+      r.n_block_unmasked_min < r.n_block_min || r.n_block_unmasked_min > r.n_block_max) {
+    CHECK(false, where + ": n_masked_steps or n_block_unmasked_min out of the range");
     return false;
   }
-  const int first_masked = r.n_block_max - r.n_masked_steps;
-  for (int nb = r.n_block_min; nb < first_masked; ++nb) {
-    if (any_invis[nb]) {
-      CHECK(!any_invis[nb], where + fmt(": block %d runs unmasked but holds an invisible pair", nb));
-      return false;
-    }
-  }
-  for (int nb = first_masked; nb < r.n_block_max; ++nb) {
-    if (!any_invis[nb]) {
-      CHECK(any_invis[nb], where + fmt(": block %d runs masked but is fully visible (masked count not minimal)", nb));
+  for (int nb = r.n_block_min; nb < r.n_block_max; ++nb) {
+    if (r.is_masked(nb) != bool(any_invis[nb])) {
+      CHECK(false, where + fmt(": block %d runs %s but %s an invisible pair", nb, r.is_masked(nb) ? "masked" : "unmasked",
+                               any_invis[nb] ? "holds" : "holds no"));
       return false;
     }
   }
   return true;
 }
 
-// Calls check(block_m, block_n, seqlen_q, seqlen_k, causal) for every tile shape, causal flag and
-// pair of seqlen_values; returns the number of calls that returned false and adds to n_cases.
+// Calls check(block_m, block_n, seqlen_q, seqlen_k, window) for every tile shape, window and pair
+// of seqlen_values; returns the number of calls that returned false and adds to n_cases.
 template <class Check>
 long count_failures(std::vector<std::pair<int, int>> const& blocks, long& n_cases, Check check) {
   long n_bad = 0;
   for (const auto& [block_m, block_n] : blocks) {
     const std::vector<int> values = seqlen_values(block_m, block_n);
-    for (int causal = 0; causal < 2; ++causal) {
+    for (Window w : kWindows) {
       for (int sq : values) {
-        for (int sk : values) n_bad += check(block_m, block_n, sq, sk, causal == 1, n_cases);
+        for (int sk : values) n_bad += check(block_m, block_n, sq, sk, w, n_cases);
       }
     }
   }
@@ -281,11 +286,10 @@ void test_n_block_range() {
   std::vector<unsigned char> any_vis, any_invis;
   long n_cases = 0;
   const long n_bad = count_failures({{128, 64}, {128, 128}, {64, 64}, {16, 16}}, n_cases,
-                                    [&](int block_m, int block_n, int sq, int sk, bool causal, long& cases) {
+                                    [&](int block_m, int block_n, int sq, int sk, Window w, long& cases) {
                                       long bad = 0;
                                       for (int m_block = 0; m_block * block_m < sq; ++m_block, ++cases) {
-                                        bad += !check_range(block_m, block_n, sq, sk, causal, m_block, any_vis,
-                                                            any_invis);
+                                        bad += !check_range(block_m, block_n, sq, sk, w, m_block, any_vis, any_invis);
                                       }
                                       return bad;
                                     });
@@ -293,27 +297,27 @@ void test_n_block_range() {
   {
     // Square 256 x 256, 128 x 64 tiles, m_block 1: rows 128..255 see keys up to 255 -> 4 blocks;
     // row 128 sees keys 0..128 -> blocks 0, 1 fully visible, 2 and 3 masked.
-    const NBlockRange r = fwd_n_block_range(1, 128, 64, 256, 256, true);
+    const NBlockRange r = fwd_n_block_range(1, 128, 64, 256, 256, Window{-1, 0});
     CHECK_EQ(r.n_block_min, 0, "causal 256x256 m_block 1: n_block_min");
     CHECK_EQ(r.n_block_max, 4, "causal 256x256 m_block 1: n_block_max");
     CHECK_EQ(r.n_masked_steps, 2, "causal 256x256 m_block 1: n_masked_steps");
   }
   {
     // seqlen_q 300 > seqlen_k 100, causal: rows 0..199 see nothing, so m_block 0 is empty.
-    const NBlockRange r = fwd_n_block_range(0, 128, 64, 300, 100, true);
+    const NBlockRange r = fwd_n_block_range(0, 128, 64, 300, 100, Window{-1, 0});
     CHECK(r.n_block_max <= r.n_block_min, "causal seqlen_q 300, seqlen_k 100, m_block 0 sees nothing");
   }
   {
     // Non-causal, seqlen_k 130, block_n 64: blocks 0, 1 full, block 2 ragged -> 3 blocks, 1 masked.
-    const NBlockRange r = fwd_n_block_range(0, 128, 64, 1, 130, false);
+    const NBlockRange r = fwd_n_block_range(0, 128, 64, 1, 130, Window{});
     CHECK_EQ(r.n_block_max, 3, "non-causal seqlen_k 130: n_block_max");
     CHECK_EQ(r.n_masked_steps, 1, "non-causal seqlen_k 130: n_masked_steps");
   }
   {
-    const NBlockRange r = fwd_n_block_range(0, 128, 64, 7, 0, false);
+    const NBlockRange r = fwd_n_block_range(0, 128, 64, 7, 0, Window{});
     CHECK(r.n_block_max <= r.n_block_min, "seqlen_k 0: nothing to visit");
   }
-  static_assert(fwd_n_block_range(0, 128, 64, 128, 128, false).n_block_max == 2,
+  static_assert(fwd_n_block_range(0, 128, 64, 128, 128, Window{}).n_block_max == 2,
                 "fwd_n_block_range is usable in constant expressions");
   std::printf("  n_block_range: %ld (query block, sizes) cases, %ld failing\n", n_cases, n_bad);
   if (n_bad == 0) ++g_passed;
@@ -326,33 +330,32 @@ void test_n_block_range() {
 // seqlen_q need no mask (their LSE is +inf). The deterministic dQ order needs, for every row
 // block, the key blocks that visit it to be exactly [0, fwd n_block_max).
 
-bool check_m_range(int block_m, int block_n, int sq, int sk, bool causal, int n_block) {
-  const MBlockRange r = bwd_m_block_range(n_block, block_m, block_n, sq, sk, causal);
-  const std::string where = fmt("bwd_m_block_range(n_block=%d, block_m=%d, block_n=%d, seqlen_q=%d, "
-                                "seqlen_k=%d, causal=%d) = {min %d, max %d, masked %d}",
-                                n_block, block_m, block_n, sq, sk, int(causal), r.m_block_min,
-                                r.m_block_max, r.n_masked_steps);
+bool check_m_range(int block_m, int block_n, int sq, int sk, Window w, int n_block) {
+  const MBlockRange r = bwd_m_block_range(n_block, block_m, block_n, sq, sk, w);
+  const std::string where = fmt("bwd_m_block_range(n_block=%d, block_m=%d, block_n=%d, seqlen_q=%d, seqlen_k=%d, ",
+                                n_block, block_m, block_n, sq, sk) +
+                            window_str(w) + fmt(") = {min %d, max %d, masked %d, unmasked_max %d}", r.m_block_min,
+                                                r.m_block_max, r.n_masked_steps, r.m_block_unmasked_max);
   const int m_blocks = (sq + block_m - 1) / block_m;
   for (int mb = 0; mb < m_blocks; ++mb) {
     bool any_vis = false, any_invis = false;
     for (int i = mb * block_m; i < std::min((mb + 1) * block_m, sq); ++i) {
       for (int j = n_block * block_n; j < (n_block + 1) * block_n; ++j) {
-        (ref_visible(i, j, sq, sk, causal) ? any_vis : any_invis) = true;
+        (ref_visible(i, j, sq, sk, w) ? any_vis : any_invis) = true;
       }
     }
     const bool in_range = mb >= r.m_block_min && mb < r.m_block_max;
-    const NBlockRange f = fwd_n_block_range(mb, block_m, block_n, sq, sk, causal);
+    const NBlockRange f = fwd_n_block_range(mb, block_m, block_n, sq, sk, w);
     const bool fwd_visits = n_block >= f.n_block_min && n_block < f.n_block_max;
-    if (in_range != any_vis || fwd_visits != in_range || f.n_block_min != 0) {
-      CHECK(false, where + fmt(": row block %d: in range %d, holds a visible pair %d, forward visits %d "
-                               "(forward n_block_min %d)", mb, in_range, any_vis, fwd_visits, f.n_block_min));
+    if (in_range != any_vis || fwd_visits != in_range) {
+      CHECK(false, where + fmt(": row block %d: in range %d, holds a visible pair %d, forward visits %d", mb,
+                               in_range, any_vis, fwd_visits));
       return false;
     }
     if (!in_range) continue;
-    const bool masked = mb - r.m_block_min < r.n_masked_steps;
-    if (masked != any_invis) {
+    if (r.is_masked(mb) != any_invis) {
       CHECK(false, where + fmt(": row block %d runs %s but %s an invisible pair", mb,
-                               masked ? "masked" : "unmasked", any_invis ? "holds" : "holds no"));
+                               r.is_masked(mb) ? "masked" : "unmasked", any_invis ? "holds" : "holds no"));
       return false;
     }
   }
@@ -362,25 +365,25 @@ bool check_m_range(int block_m, int block_n, int sq, int sk, bool causal, int n_
 void test_m_block_range() {
   long n_cases = 0;
   const long n_bad = count_failures({{64, 128}, {128, 128}, {64, 64}, {16, 32}}, n_cases,
-                                    [](int block_m, int block_n, int sq, int sk, bool causal, long& cases) {
+                                    [](int block_m, int block_n, int sq, int sk, Window w, long& cases) {
                                       long bad = 0;
                                       for (int n_block = 0; n_block * block_n < sk + block_n; ++n_block, ++cases) {
-                                        bad += !check_m_range(block_m, block_n, sq, sk, causal, n_block);
+                                        bad += !check_m_range(block_m, block_n, sq, sk, w, n_block);
                                       }
                                       return bad;
                                     });
   {
     // Square 256 x 256, causal, 64 x 128 tiles, key block 1 (keys 128..255): row blocks 2, 3 see it;
     // block 2 (rows 128..191) misses keys 192..255, block 3 misses some too -> both masked.
-    const MBlockRange r = bwd_m_block_range(1, 64, 128, 256, 256, true);
+    const MBlockRange r = bwd_m_block_range(1, 64, 128, 256, 256, Window{-1, 0});
     CHECK_EQ(r.m_block_min, 2, "causal 256x256 n_block 1: m_block_min");
     CHECK_EQ(r.m_block_max, 4, "causal 256x256 n_block 1: m_block_max");
     CHECK_EQ(r.n_masked_steps, 2, "causal 256x256 n_block 1: n_masked_steps");
   }
   {
     // A key block past seqlen_k sees nothing; a ragged last key block runs every step masked.
-    CHECK(bwd_m_block_range(2, 64, 128, 100, 256, false).m_block_max <= 0, "key block past seqlen_k");
-    const MBlockRange r = bwd_m_block_range(1, 64, 128, 200, 130, false);
+    CHECK(bwd_m_block_range(2, 64, 128, 100, 256, Window{}).m_block_max <= 0, "key block past seqlen_k");
+    const MBlockRange r = bwd_m_block_range(1, 64, 128, 200, 130, Window{});
     CHECK_EQ(r.m_block_max - r.m_block_min, 4, "ragged key block: every row block");
     CHECK_EQ(r.n_masked_steps, 4, "ragged key block: all masked");
   }
@@ -501,26 +504,28 @@ void test_split_range() {
   for (int n_min : {0, 3}) {
     for (int n_max = n_min; n_max <= n_min + 40; ++n_max) {
       for (int masked = 0; masked <= n_max - n_min; masked += 3) {
-        for (int splits = 1; splits <= 12; ++splits) {
-          const NBlockRange full{n_min, n_max, masked};
-          int next = n_min, masked_total = 0;
-          for (int i = 0; i < splits; ++i) {
-            const NBlockRange r = split_n_block_range(full, splits, i);
-            const int len = std::max(r.n_block_max - r.n_block_min, 0);
-            // Consecutive, in order, inside the full range; the masked blocks are the split's top ones.
-            const bool ok = (len == 0 || r.n_block_min == next) && r.n_block_max <= n_max &&
-                            r.n_masked_steps >= 0 && r.n_masked_steps <= len &&
-                            (r.n_masked_steps == 0 || r.n_block_max == n_max || r.n_block_max > n_max - masked);
-            if (!ok && ++bad <= 5) {
-              CHECK(ok, fmt("split_n_block_range({%d, %d, %d}, %d, %d) = {%d, %d, %d}", n_min, n_max, masked,
-                            splits, i, r.n_block_min, r.n_block_max, r.n_masked_steps));
+        for (int unmasked_min = n_min; unmasked_min <= n_max - masked; unmasked_min += 4) {
+          const NBlockRange full{n_min, n_max, masked, unmasked_min};
+          for (int splits = 1; splits <= 12; ++splits) {
+            int next = n_min;
+            for (int i = 0; i < splits; ++i) {
+              const NBlockRange r = split_n_block_range(full, splits, i);
+              const int len = std::max(r.n_block_max - r.n_block_min, 0);
+              // Consecutive, in order, inside the full range, every block keeping its kind (masked or not).
+              bool ok = (len == 0 || r.n_block_min == next) && r.n_block_max <= n_max && r.n_masked_steps >= 0 &&
+                        r.n_masked_steps <= len;
+              for (int nb = r.n_block_min; nb < r.n_block_max; ++nb) ok = ok && r.is_masked(nb) == full.is_masked(nb);
+              if (!ok && ++bad <= 5) {
+                CHECK(ok, fmt("split_n_block_range({%d, %d, %d, %d}, %d, %d) = {%d, %d, %d, %d}", n_min, n_max, masked,
+                              unmasked_min, splits, i, r.n_block_min, r.n_block_max, r.n_masked_steps,
+                              r.n_block_unmasked_min));
+              }
+              if (len > 0) next = r.n_block_max;
             }
-            if (len > 0) next = r.n_block_max;
-            masked_total += r.n_masked_steps;
-          }
-          if ((next != n_max || masked_total != masked) && ++bad <= 5) {
-            CHECK(false, fmt("splits of {%d, %d, %d} into %d: cover up to %d (want %d), %d masked (want %d)", n_min,
-                             n_max, masked, splits, next, n_max, masked_total, masked));
+            if (next != n_max && ++bad <= 5) {
+              CHECK(false, fmt("splits of {%d, %d, %d, %d} into %d cover up to %d (want %d)", n_min, n_max, masked,
+                               unmasked_min, splits, next, n_max));
+            }
           }
         }
       }
