@@ -9,12 +9,13 @@
 #include "params.h"
 #include "row_walk.h"
 #include "split_kv.h"
-#include "tile_size.h"
 
 namespace flash_attn_cute {
 
-// grid (ceil_div(seqlen_q, kRowsPerCta), batch, heads)
-template <class Element>
+// grid (ceil_div(seqlen_q, kRowsPerCta), batch, heads). kHeadDim: the split kernel's, the row
+// width of oaccum. A template argument because tile_size.h's tables are host data: a device read
+// of them is undefined (nvcc compiled fwd_kernel_head_dim here into an endless loop).
+template <class Element, int kHeadDim>
 __global__ void __launch_bounds__(RowWalk::kThreads) split_combine_kernel(__grid_constant__ const FwdParams params) {
   const RowWalk walk;
   const int bidb = blockIdx.y, bidh = blockIdx.z;
@@ -26,7 +27,6 @@ __global__ void __launch_bounds__(RowWalk::kThreads) split_combine_kernel(__grid
   for (int s = 0; s < params.num_splits; ++s) combine.add_lse(lse_of_split[s * params.split_stride]);
   if (walk.lane == 0) params.softmax_lse_ptr[row] = combine.lse();
 
-  const int kernel_head_dim = fwd_kernel_head_dim(params.head_dim);
   Element* o_row = static_cast<Element*>(params.o.ptr) + binfo.q_offset(params.o, bidb, bidh) +
                    index_t(walk.row) * params.o.row_stride;
   for (int col = walk.lane * RowWalk::kElemsPerVector; col < params.head_dim;
@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(RowWalk::kThreads) split_combine_kernel(__grid
       const float weight = combine.weight(lse_of_split[s * params.split_stride]);
       if (weight == 0.f) continue;  // an empty split (its O was never written)
       const AlignedVector<float> part = *reinterpret_cast<AlignedVector<float> const*>(
-          params.oaccum_ptr + (s * params.split_stride + row) * kernel_head_dim + col);
+          params.oaccum_ptr + (s * params.split_stride + row) * kHeadDim + col);
 #pragma unroll
       for (int i = 0; i < RowWalk::kElemsPerVector; ++i) acc[i] += weight * part[i];
     }
