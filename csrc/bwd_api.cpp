@@ -17,9 +17,11 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
          int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes, bool deterministic) {
   const Problem p = check_problem(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   const int kernel_head_dim = fwd_kernel_head_dim(int(p.head_dim));
-  TORCH_CHECK(bwd_is_built(p.dtype, kernel_head_dim), "flash_attn_cute: no backward kernel for ",
+  const bool has_mods = softcap > 0.0 || alibi_slopes.has_value();
+  TORCH_CHECK(bwd_is_built(p.dtype, kernel_head_dim, has_mods), "flash_attn_cute: no backward kernel for ",
               c10::toString(q.scalar_type()), " head dim ", num(p.head_dim),
-              " in this build (see FLASH_ATTN_CUTE_HDIMS / _DTYPES / _PASSES)");
+              has_mods ? " with softcap / ALiBi" : "",
+              " in this build (see FLASH_ATTN_CUTE_HDIMS / _DTYPES / _PASSES / _SCORE_MODS)");
   check_like(dout, q, "dout", "q");
   check_like(dq, q, "dq", "q");
   check_like(dk, k, "dk", "k");

@@ -17,9 +17,7 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
                int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes) {
   const ScoreMods mods{window_left, window_right, softcap, alibi_slopes};
   Problem p = check_problem(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
-  TORCH_CHECK(fwd_is_built(p.dtype, fwd_kernel_head_dim(p.head_dim)), "flash_attn_cute: no forward kernel for ",
-              c10::toString(q.scalar_type()), " head dim ", num(p.head_dim),
-              " in this build (see FLASH_ATTN_CUTE_HDIMS / _DTYPES)");
+  check_fwd_built(p, mods, q);
 
   c10::cuda::CUDAGuard device_guard(q.device());
   const std::vector<int64_t> lse_sizes = lse_shape(p);

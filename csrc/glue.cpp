@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "flash_attn_cute/fwd_api.h"
 #include "flash_attn_cute/split_kv.h"
 #include "flash_attn_cute/tile_size.h"
 
@@ -102,11 +103,14 @@ std::vector<at::Tensor> choose_splits(FwdParams& params, Problem const& p, at::T
   const int kernel_head_dim = fwd_kernel_head_dim(int(p.head_dim));
   const FwdTileShape tile = fwd_split_tile_shape(kernel_head_dim);
   const int n_blocks = int((p.seqlen_k + tile.block_n - 1) / tile.block_n);
+  // Decoding (at most two 16-row slabs of query rows, after GQA packing) always takes the split
+  // kernel: the plain kernel's 128-row tile would spend its MMAs on empty rows.
+  params.few_rows = p.seqlen_q <= 2 * tile.block_m;
   if (requested > 0) {
     params.num_splits = int(std::min<int64_t>({requested, int64_t(kMaxSplits), std::max(n_blocks, 1)}));
   } else {
-    // The plain kernel when its grid already fills the SMs (one CTA each); else as many splits as
-    // fill the split kernel's slots: CTAs per SM by shared memory, and by registers (255 each).
+    // Else the plain kernel when its grid already fills the SMs (one CTA each); else as many splits
+    // as fill the split kernel's slots: CTAs per SM by shared memory, and by registers (255 each).
     const FwdTileShape plain = fwd_tile_shape(kernel_head_dim, params.is_causal);
     const int64_t plain_ctas = p.batch * p.heads * ((p.seqlen_q + plain.block_m - 1) / plain.block_m);
     int smem_per_sm = 0;
@@ -115,7 +119,7 @@ std::vector<at::Tensor> choose_splits(FwdParams& params, Problem const& p, at::T
     const int by_regs = 65536 / (256 * 32 * tile.n_warps);
     const int slots = params.num_sms * std::max(1, std::min(by_smem, by_regs));
     const int64_t ctas = p.batch * p.heads * ((p.seqlen_q + tile.block_m - 1) / tile.block_m);
-    params.num_splits = 10 * plain_ctas >= 8 * params.num_sms
+    params.num_splits = !params.few_rows && 10 * plain_ctas >= 8 * params.num_sms
                             ? 1
                             : num_splits_heuristic(int(std::min<int64_t>(ctas, 1 << 30)), slots, n_blocks, kMaxSplits);
   }
@@ -140,6 +144,14 @@ bool pack_gqa_rows(Problem& p, at::Tensor& q, at::Tensor& out, ScoreMods const& 
   p.seqlen_q = groups;
   p.heads = p.heads_k;
   return true;
+}
+
+void check_fwd_built(Problem const& p, ScoreMods const& mods, at::Tensor const& q) {
+  const bool has_mods = mods.softcap > 0.0 || mods.alibi_slopes.has_value();
+  TORCH_CHECK(fwd_is_built(p.dtype, fwd_kernel_head_dim(int(p.head_dim)), has_mods),
+              "flash_attn_cute: no forward kernel for ", c10::toString(q.scalar_type()), " head dim ",
+              num(p.head_dim), has_mods ? " with softcap / ALiBi" : "",
+              " in this build (see FLASH_ATTN_CUTE_HDIMS / _DTYPES / _SCORE_MODS)");
 }
 
 void set_score_mods(FwdParams& params, Problem const& p, ScoreMods const& mods, bool causal, at::Tensor const& q) {

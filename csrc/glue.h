@@ -56,6 +56,9 @@ struct ScoreMods {
 // seqlen_k is unbounded), the softcap scales and the ALiBi slopes. After fill_params.
 void set_score_mods(FwdParams& params, Problem const& p, ScoreMods const& mods, bool causal, at::Tensor const& q);
 
+// This build has the forward kernel the problem and its score mods need.
+void check_fwd_built(Problem const& p, ScoreMods const& mods, at::Tensor const& q);
+
 // softmax_lse's shape for a problem.
 std::vector<int64_t> lse_shape(Problem const& p);
 

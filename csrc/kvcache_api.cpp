@@ -118,8 +118,7 @@ at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tenso
               "flash_attn_cute: head dim must be a multiple of 8 in [8, ", num(kMaxHeadDim), "]");
   TORCH_CHECK(p.heads_k > 0 && p.heads % p.heads_k == 0, "flash_attn_cute: nheads must be a multiple of nheads_k");
   TORCH_CHECK(p.batch <= 65535 && p.heads <= 65535, "flash_attn_cute: batch and nheads must be at most 65535");
-  TORCH_CHECK(fwd_is_built(p.dtype, fwd_kernel_head_dim(int(p.head_dim))), "flash_attn_cute: no forward kernel for ",
-              c10::toString(q.scalar_type()), " head dim ", num(p.head_dim), " in this build");
+  check_fwd_built(p, mods, q);
   int const* block_table_ptr = int_ptr(block_table, q, p.batch, 2, "block_table");
   p.seqlen_k = block_table_ptr ? block_table->size(1) * k_cache.size(1) : k_cache.size(1);
   TORCH_CHECK(p.seqlen_k < (int64_t(1) << 31), "flash_attn_cute: the cache holds too many rows per sequence");

@@ -37,18 +37,18 @@ TORCH_LIBRARY_IMPL(flash_attn_cute, CUDA, m) {
 
 namespace {
 
-// The (dtype, kernel head dim, causal) forward kernels compiled into this build (each in its
-// even-K and uneven-K variants).
+// The (dtype, kernel head dim, causal, score mods) forward kernels compiled into this build (each
+// in its even-K and uneven-K variants).
 pybind11::list built_fwd_kernels() {
   pybind11::list kernels;
-#define FLASH_KERNEL_LIST(DT, HDIM, CAUSAL, EVEN_K)                                                    \
-  if (EVEN_K)                                                                                      \
-    kernels.append(pybind11::make_tuple(std::string(#DT) == "kFloat16" ? "fp16" : "bf16", HDIM, CAUSAL));
+#define FLASH_KERNEL_LIST(DT, HDIM, CAUSAL, EVEN_K, MODS) \
+  if (EVEN_K)                                            \
+    kernels.append(pybind11::make_tuple(std::string(#DT) == "kFloat16" ? "fp16" : "bf16", HDIM, CAUSAL, MODS));
   FLASH_FWD_INSTANCES(FLASH_KERNEL_LIST)
   return kernels;
 }
 
-// The (dtype, kernel head dim, causal) backward kernels compiled into this build.
+// The (dtype, kernel head dim, causal, score mods) backward kernels compiled into this build.
 pybind11::list built_bwd_kernels() {
   pybind11::list kernels;
   FLASH_BWD_INSTANCES(FLASH_KERNEL_LIST)
@@ -59,6 +59,8 @@ pybind11::list built_bwd_kernels() {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("built_fwd_kernels", &built_fwd_kernels, "(dtype, kernel head dim, causal) forward kernels in this build");
-  m.def("built_bwd_kernels", &built_bwd_kernels, "(dtype, kernel head dim, causal) backward kernels in this build");
+  m.def("built_fwd_kernels", &built_fwd_kernels,
+        "(dtype, kernel head dim, causal, score mods) forward kernels in this build");
+  m.def("built_bwd_kernels", &built_bwd_kernels,
+        "(dtype, kernel head dim, causal, score mods) backward kernels in this build");
 }

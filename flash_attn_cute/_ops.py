@@ -22,22 +22,23 @@ def kernel_head_dim(head_dim):
     return next(d for d in _KERNEL_HEAD_DIMS if head_dim <= d)
 
 
-# {(dtype name, kernel head dim, causal)} compiled into this install (empty without CUDA); read
-# once so that torch.compile sees a constant.
+# {(dtype name, kernel head dim, causal, score mods)} compiled into this install (empty without
+# CUDA); read once so that torch.compile sees a constant. Score mods: the softcap / ALiBi variant.
 BUILT_FWD_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _C.built_fwd_kernels())
 BUILT_BWD_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _C.built_bwd_kernels())
 
 
-def _require_kernel(dtype, head_dim, causal, pass_="forward"):
+def _require_kernel(dtype, head_dim, causal, pass_="forward", mods=False):
     if _C is None:
         raise RuntimeError("flash_attn_cute was installed without its CUDA extension "
                            f"(import failed: {_IMPORT_ERROR}); reinstall on a machine with CUDA torch")
-    key = (_DTYPE_NAMES[dtype], kernel_head_dim(head_dim), causal)
+    key = (_DTYPE_NAMES[dtype], kernel_head_dim(head_dim), causal, mods)
     if key not in (BUILT_FWD_KERNELS if pass_ == "forward" else BUILT_BWD_KERNELS):
         raise NotImplementedError(
             f"flash_attn_cute: this build has no {pass_} kernel for {key[0]}, head dim {head_dim} "
-            f"(kernel {key[1]}), causal={causal}; rebuild with FLASH_ATTN_CUTE_HDIMS / FLASH_ATTN_CUTE_DTYPES "
-            "/ FLASH_ATTN_CUTE_PASSES")
+            f"(kernel {key[1]}), causal={causal}" + (" with softcap / ALiBi" if mods else "") +
+            "; rebuild with FLASH_ATTN_CUTE_HDIMS / FLASH_ATTN_CUTE_DTYPES / FLASH_ATTN_CUTE_PASSES"
+            " / FLASH_ATTN_CUTE_SCORE_MODS")
 
 
 if _C is not None:
@@ -103,7 +104,7 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     tensors = dict(q=q, k=k, v=v, out=out)
     V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
     V.check_device(**tensors, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
-    _require_kernel(q.dtype, q.size(-1), bool(causal))
+    _require_kernel(q.dtype, q.size(-1), bool(causal), mods=bool(softcap) or alibi_slopes is not None)
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.size(-1))
     if out is None:
@@ -135,7 +136,7 @@ def bwd(dout, q, k, v, out, softmax_lse, dq=None, dk=None, dv=None, softmax_scal
     tensors = dict(q=q, k=k, v=v, out=out, dout=dout, dq=dq, dk=dk, dv=dv)
     V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
     V.check_device(**tensors, softmax_lse=softmax_lse, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
-    _require_kernel(q.dtype, q.size(-1), bool(causal), "backward")
+    _require_kernel(q.dtype, q.size(-1), bool(causal), "backward", mods=bool(softcap) or alibi_slopes is not None)
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.size(-1))
     dq = torch.empty_like(q) if dq is None else dq

@@ -60,10 +60,9 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
         V.require_cu_seqlens(cu_seqlens_q, cu_seqlens_k)
     V.check_qkv(q, k, v, varlen)
     V.check_not_implemented(dropout_p, block_table)
-    batch = cu_seqlens_q.size(0) - 1 if varlen else q.size(0)
-    window_size = V.check_score_mods(window_size, softcap, alibi_slopes, batch, q.size(-2), q.device)
+    # window_size, softcap and alibi_slopes are checked by fwd, after the varlen arguments.
     out, lse = _FlashAttnFunc.apply(q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                    max_seqlen_k, bool(deterministic), window_size, float(softcap), alibi_slopes)
+                                    max_seqlen_k, bool(deterministic), window_size, softcap, alibi_slopes)
     return (out, lse, None) if return_attn_probs else out
 
 

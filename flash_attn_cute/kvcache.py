@@ -140,10 +140,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     cache_seqlens). cache_batch_idx picks the cache entry of each sequence; cache_leftpad[b] is where
     sequence b's keys start. Returns out like q, or (out, softmax_lse (batch, nheads, seqlen_q)) with
     return_softmax_lse."""
+    if q.dim() == 4:
+        window_size = V.check_score_mods(window_size, softcap, alibi_slopes, q.size(0), q.size(2), q.device)
     check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
                   block_table, num_splits)
-    window_size = V.check_score_mods(window_size, softcap, alibi_slopes, q.size(0), q.size(2), q.device)
-    _ops._require_kernel(q.dtype, q.size(-1), causal)
+    _ops._require_kernel(q.dtype, q.size(-1), causal, mods=bool(softcap) or alibi_slopes is not None)
     if softmax_scale is None:
         softmax_scale = q.size(-1) ** -0.5
     batch = q.size(0)

@@ -46,6 +46,7 @@ VALID = {
     "mqa_bf16": call(q=t(B, SQ, H, D, dtype=BF16), k_cache=t(B, SC, 1, D, dtype=BF16),
                      v_cache=t(B, SC, 1, D, dtype=BF16), num_splits=128),
     "no_cache_seqlens": call(cache_seqlens=None),
+    "window_softcap_alibi": call(window_size=(64, 0), softcap=30.0, alibi_slopes=t(B, H, dtype=torch.float32)),
 }
 
 
@@ -91,7 +92,8 @@ def test_bad_input(fn, msg):
     raises(msg, fn)
 
 
-@pytest.mark.parametrize("changes, what", [(dict(window_size=(8, 0)), "window_size"), (dict(softcap=5.0), "softcap"),
-                                           (dict(alibi_slopes=t(H, dtype=torch.float32)), "alibi_slopes")])
-def test_later_features_not_implemented(changes, what):
-    raises(what, call(**changes), exc=NotImplementedError)
+@pytest.mark.parametrize("changes, msg", [(dict(window_size=(8, -2)), r"window_size entries must be >= -1"),
+                                          (dict(softcap=-5.0), r"softcap must be a number >= 0"),
+                                          (dict(alibi_slopes=t(H + 1, dtype=torch.float32)), r"alibi_slopes must be")])
+def test_bad_score_mods(changes, msg):
+    raises(msg, call(**changes))

@@ -208,10 +208,6 @@ CALLS = {  # valid CPU inputs for each flash_attn_* function
 }
 FEATURES = {
     "dropout": (dict(dropout_p=0.1), r"dropout_p > 0 is not implemented"),
-    "window": (dict(window_size=(128, 0)), r"window_size \(local attention\) is not implemented"),
-    "window_left_only": (dict(window_size=[-1, 0]), r"window_size"),
-    "softcap": (dict(softcap=30.0), r"softcap is not implemented"),
-    "alibi": (dict(alibi_slopes=torch.zeros(H, dtype=F32)), r"alibi_slopes is not implemented"),
 }
 
 
@@ -223,8 +219,28 @@ def test_unsupported_features(fn, feature):
 
 
 def test_block_table_unsupported():
-    raises(r"block_table \(paged KV\) is not implemented",
+    raises(r"block_table \(paged KV\) in flash_attn_varlen_func is not implemented",
            lambda: CALLS["varlen"](block_table=torch.zeros(3, 1, dtype=torch.int32)), exc=NotImplementedError)
+
+
+SCORE_MODS = {  # bad window / softcap / ALiBi arguments (2 sequences, or 3 in varlen; H heads)
+    "window_not_pair": (dict(window_size=5), r"window_size must be a pair of ints"),
+    "window_three": (dict(window_size=(1, 2, 3)), r"window_size must be a pair of ints"),
+    "window_below_minus_one": (dict(window_size=(-2, 0)), r"window_size entries must be >= -1"),
+    "softcap_negative": (dict(softcap=-1.0), r"softcap must be a number >= 0"),
+    "softcap_str": (dict(softcap="30"), r"softcap must be a number >= 0"),
+    "alibi_fp16": (dict(alibi_slopes=torch.zeros(H, dtype=F16)), r"alibi_slopes must be float32 of shape"),
+    "alibi_shape": (dict(alibi_slopes=torch.zeros(H + 1, dtype=F32)), r"alibi_slopes must be float32 of shape"),
+    "alibi_batch_shape": (dict(alibi_slopes=torch.zeros(5, H, dtype=F32)), r"alibi_slopes must be float32"),
+    "alibi_strided": (dict(alibi_slopes=torch.zeros(2 * H, dtype=F32)[::2]), r"contiguous last dimension"),
+}
+
+
+@pytest.mark.parametrize("case", SCORE_MODS)
+@pytest.mark.parametrize("fn", CALLS)
+def test_bad_score_mods(fn, case):
+    kw, msg = SCORE_MODS[case]
+    raises(msg, lambda: CALLS[fn](**kw))
 
 
 # --- valid inputs get through every check and stop at the device -----------------------------------------
@@ -239,6 +255,9 @@ VALID = {
     "seqlen1": lambda: fac.flash_attn_func(*qkv(sq=1, sk=1)),
     "seqlen_q1_k99": lambda: fac.flash_attn_func(*qkv(sq=1, sk=99)),
     "defaults_spelled_out": lambda: CALLS["func"](dropout_p=0.0, window_size=[-1, -1], softcap=0.0, alibi_slopes=None),
+    "window_softcap_alibi": lambda: CALLS["func"](window_size=(3, 0), softcap=30.0, alibi_slopes=torch.ones(H, dtype=F32)),
+    "varlen_batch_alibi": lambda: CALLS["varlen"](causal=True, window_size=[2, -1],
+                                                  alibi_slopes=torch.ones(3, H, dtype=F32)),
     # flash_attn_* pad head dims that are not multiples of 8, so odd strides are fine there.
     "hdim60_stride61": lambda: fac.flash_attn_func(t(B, S, H, 61)[..., :60], *qkv(d=60)[1:]),
     "fwd_out_hdim256": lambda: fac.fwd(*qkv(d=256), out=t(B, S, H, 256), softmax_scale=0.1),

@@ -28,7 +28,7 @@ __device__ __forceinline__ auto in_slot(TensorT const& t, int slot, int slot_ele
   return make_tensor(t.data() + slot * slot_elems, t.layout());
 }
 
-template <class Traits, bool Is_causal, bool Is_even_K>
+template <class Traits, bool Is_causal, bool Is_even_K, bool Has_mods>
 __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* smem, int n_block, int bidb,
                                               int bidh_kv) {
   using Element = typename Traits::Element;
@@ -157,7 +157,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   // One query row block of query head bidh. On entry its Q and dO are in flight into `slot`;
   // the next row block (if any) starts loading into the other slot.
   auto bwd_step = [&](int bidh, int m_block, int slot, auto is_masked, bool has_next, int next_bidh,
-                      int next_m_block) {
+                      int next_m_block) __attribute__((always_inline)) {
     const int m_start = m_block * kBlockM;
     const index_t row0 = binfo.lse_offset(params, bidb, bidh) + m_start;
     // This thread's rows of LSE (in log2 units) and D. Rows past seqlen_q get LSE = +inf: P = 0.
@@ -177,11 +177,12 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
     clear(tSrS);
     gemm_ss(mma_sdp, tSrS, tSrQ, tSrK, in_slot(tSsQ, slot, kSlot), tSsK, copy_sdp_A, copy_sdp_B, tidx);
-    if (params.softcap > 0.f) apply_softcap(tSrS, params.softcap);
-    const float alibi_slope =
-        params.alibi_slopes ? params.alibi_slopes[bidb * params.alibi_batch_stride + bidh] / params.softmax_scale : 0.f;
-    if (params.alibi_slopes) {
-      apply_alibi(tSrS, tScS, m_start, int(n_start), binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
+    [[maybe_unused]] const float alibi_slope = Has_mods && params.alibi_slopes
+                                  ? params.alibi_slopes[bidb * params.alibi_batch_stride + bidh] / params.softmax_scale
+                                  : 0.f;
+    if constexpr (Has_mods) {
+      if (params.softcap > 0.f) apply_softcap(tSrS, params.softcap);
+      if (params.alibi_slopes) apply_alibi(tSrS, tScS, m_start, int(n_start), binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
     }
     if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScS, m_start, int(n_start));
     Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
@@ -191,12 +192,12 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     gemm_ss(mma_sdp, tdPrdP, tdPrdO, tdPrV, in_slot(tdPsdO, slot, kSlot), tdPsV, copy_sdp_A, copy_sdp_B, tidx);
     Tensor tdPrdP_rc = make_tensor(tdPrdP.data(), acc_layout_rowcol(tdPrdP.layout()));  // (rows, cols)
     dscores(tdPrdP_rc, tSrS_rc, dsum);
-    if (params.softcap > 0.f) {
-      // Through the cap: dS *= 1 - tanh^2, with tanh recovered from P (and the ALiBi bias added back).
-      softcap_dscores(tdPrdP_rc, tSrS_rc, lse_log2, params.softmax_scale_log2, [&](int mi, int ni) {
-        return alibi_slope * alibi_distance(m_start + get<0>(tScS_rc(mi, ni)), int(n_start) + get<1>(tScS_rc(mi, ni)),
-                                            binfo.seqlen_q, binfo.seqlen_k);
-      });
+    if constexpr (Has_mods) {
+      if (params.softcap > 0.f) {
+        // Through the cap: dS *= 1 - tanh^2, tanh recovered from P.
+        softcap_dscores(tdPrdP_rc, tSrS_rc, lse_log2, params.softmax_scale_log2, tScS_rc, m_start, int(n_start),
+                        binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
+      }
     }
     Tensor rP = convert_type<Element>(tSrS);
     Tensor rdS = convert_type<Element>(tdPrdP);
@@ -272,13 +273,13 @@ FLASH_HOST_DEVICE constexpr bool bwd_grid_key_block_major(bool is_causal, bool d
   return is_causal || deterministic;
 }
 
-template <class Traits, bool Is_causal, bool Is_even_K>
+template <class Traits, bool Is_causal, bool Is_even_K, bool Has_mods>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_kernel(__grid_constant__ const BwdParams params) {
   extern __shared__ __align__(128) char smem[];
   const bool key_block_major = bwd_grid_key_block_major(Is_causal, params.deterministic);
   const int n_block = key_block_major ? blockIdx.z : blockIdx.x;
   const int bidh_kv = key_block_major ? blockIdx.x : blockIdx.z;
-  bwd_col_block<Traits, Is_causal, Is_even_K>(params, smem, n_block, blockIdx.y, bidh_kv);
+  bwd_col_block<Traits, Is_causal, Is_even_K, Has_mods>(params, smem, n_block, blockIdx.y, bidh_kv);
 }
 
 }  // namespace flash_attn_cute

@@ -124,7 +124,7 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
 
   // One key block: S = Q K^T, mask, online softmax, O += P V. On entry K(n_block) is in flight;
   // on exit K(n_block - 1) is, if it exists.
-  auto fwd_step = [&](int n_block, auto is_masked, bool is_first) {
+  auto fwd_step = [&](int n_block, auto is_masked, bool is_first) __attribute__((always_inline)) {
     Tensor tSrS = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
     clear(tSrS);
     cp_async_wait<0>();

@@ -96,15 +96,18 @@ struct FwdParams {
   // writes its own O (fp32, normalised by its own sum) and LSE (-inf when it saw no key) for row r
   // of softmax_lse's layout at oaccum_ptr[(s * split_stride + r) * kernel head dim + col] and
   // lseaccum_ptr[s * split_stride + r]; the combine kernel merges them into o and softmax_lse.
-  // The split-KV kernel also runs with num_splits == 1 (for a paged cache) and then writes o and
-  // softmax_lse itself.
+  // The split-KV kernel also runs with num_splits == 1 (for a paged cache, or few_rows) and then
+  // writes o and softmax_lse itself.
   int num_splits = 1;
+  bool few_rows = false;  // decoding (a few query rows): the split kernel's 16-row tile, split or not
   float* oaccum_ptr = nullptr;
   float* lseaccum_ptr = nullptr;
   index_t split_stride = 0;  // the number of softmax_lse elements
 
   // The split-KV kernel is needed for more than one split or a paged cache.
-  FLASH_PARAMS_HOST_DEVICE bool uses_split_kernel() const { return num_splits > 1 || block_table != nullptr; }
+  FLASH_PARAMS_HOST_DEVICE bool uses_split_kernel() const {
+    return num_splits > 1 || few_rows || block_table != nullptr;
+  }
 };
 
 // The backward reads everything the forward did (q, k, v, o, softmax_lse, sizes, scales) plus:

@@ -1,0 +1,89 @@
+#!/usr/bin/env python
+"""What the FA2 features cost: sliding window, softcap and ALiBi against the same shape without them.
+
+Rows (bf16, hdim 128, batch * seqlen = 16k tokens, 16 heads): plain causal and non-causal, a
+sliding window (1024, 0), softcap 30, ALiBi, softcap + ALiBi; forward and forward + backward
+milliseconds (triton do_bench median), the ratio against the plain kernel of the same shape, and
+the plain kernels' ratio against torch SDPA's FLASH_ATTENTION (FA2) in the same run. SDPA has no
+window, softcap or ALiBi in FA2, so the window row is compared with full causal attention (the issue's
+bar: window 1024 at seqlen 16k about 16x faster). Examples:
+  python benchmarks/bench_features.py --out benchmarks/results/h200_features
+  python benchmarks/bench_features.py --seqlens 16384
+"""
+import argparse
+import sys
+from datetime import datetime, timezone
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+HDIM, NHEADS, TOKENS = 128, 16, 16384
+
+
+def bench(fn):
+    import triton.testing
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def run_row(fac, q, k, v, dout, mode, **kw):
+    if mode == "fwd":
+        return bench(lambda: fac.flash_attn_func(q, k, v, **kw))
+
+    def fwd_bwd():
+        out = fac.flash_attn_func(q, k, v, **kw)
+        torch.autograd.grad(out, (q, k, v), dout)
+    return bench(fwd_bwd)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seqlens", default="4096,16384")
+    p.add_argument("--out", metavar="PREFIX", help="write <PREFIX>.md")
+    args = p.parse_args(argv)
+    import flash_attn_cute as fac
+
+    slopes = torch.rand(NHEADS, device="cuda") * 0.1
+    rows = [("causal", dict(causal=True), None), ("non-causal", dict(), None),
+            ("window (1024, 0)", dict(window_size=(1024, 0)), "causal"),
+            ("causal + softcap 30", dict(causal=True, softcap=30.0), "causal"),
+            ("causal + ALiBi", dict(causal=True, alibi_slopes=slopes), "causal"),
+            ("causal + softcap + ALiBi", dict(causal=True, softcap=30.0, alibi_slopes=slopes), "causal"),
+            ("non-causal + softcap 30", dict(softcap=30.0), "non-causal"),
+            ("non-causal + ALiBi", dict(alibi_slopes=slopes), "non-causal")]
+    lines = [f"# Feature costs ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {torch.cuda.get_device_name()})", "",
+             f"bf16, hdim {HDIM}, {NHEADS} heads, batch * seqlen = {TOKENS}. 'vs base' is the plain kernel's time "
+             "over this row's (> 1: faster); 'vs FA2' compares with torch SDPA FLASH_ATTENTION on the base shape.", "",
+             "| seqlen | row | fwd ms | fwd vs base | fwd+bwd ms | fwd+bwd vs base | base vs FA2 (fwd, fwd+bwd) |",
+             "|---|---|---|---|---|---|---|"]
+    for seqlen in [int(s) for s in args.seqlens.split(",")]:
+        batch = max(1, TOKENS // seqlen)
+        q, k, v = (torch.randn(batch, seqlen, NHEADS, HDIM, device="cuda", dtype=torch.bfloat16).requires_grad_()
+                   for _ in range(3))
+        dout = torch.randn_like(q)
+        times = {}
+        for name, kw, base in rows:
+            times[name] = (run_row(fac, q, k, v, dout, "fwd", **kw), run_row(fac, q, k, v, dout, "fwd_bwd", **kw))
+        qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
+        fa2 = {}
+        for name, causal in (("causal", True), ("non-causal", False)):
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                t_fwd = bench(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal))
+                t_fb = bench(lambda: torch.autograd.grad(F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal),
+                                                         (qt, kt, vt), dout.transpose(1, 2)))
+            fa2[name] = (t_fwd / times[name][0], t_fb / times[name][1])
+        for name, kw, base in rows:
+            f, fb = times[name]
+            vs = "-" if base is None else f"{times[base][0] / f:.2f}"
+            vs_fb = "-" if base is None else f"{times[base][1] / fb:.2f}"
+            fa = f"{fa2[name][0]:.2f}, {fa2[name][1]:.2f}" if name in fa2 else "-"
+            lines.append(f"| {seqlen} | {name} | {f:.3f} | {vs} | {fb:.3f} | {vs_fb} | {fa} |")
+            print(lines[-1], flush=True)
+    print("\n".join(lines))
+    if args.out:
+        with open(args.out + ".md", "w") as fh:
+            fh.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Local (sliding-window) attention, softcap and ALiBi against the float32 reference (GPU only), alone
+and combined, forward and backward, dense, varlen and through the KV cache, with the accuracy rule
+of test_fwd / test_bwd.
+"""
+import math
+
+import pytest
+import torch
+
+import flash_attn_cute as fac
+from flash_attn_cute.reference import attention_ref, attention_varlen_ref
+from test_bwd import _check_grads, _grads_of, _varlen_case
+from test_fwd import _assert_close_rule, _assert_lse_close, _randn
+
+pytestmark = pytest.mark.cuda
+
+BF16, F16 = torch.bfloat16, torch.float16
+# (window_size, causal): local on either or both sides, causal + window, a window wider than the keys.
+WINDOWS = [((-1, -1), False), ((64, 0), False), ((0, 64), False), ((100, 30), False), ((17, -1), False),
+           ((-1, 5), False), ((256, -1), True), ((0, 0), False), ((5000, 5000), False)]
+
+
+def _slopes(batch, nheads, per_batch):
+    shape = (batch, nheads) if per_batch else (nheads,)
+    return torch.rand(*shape, device="cuda", dtype=torch.float32) * 0.3
+
+
+def _mods_case(window, causal, softcap, alibi, batch, nheads):
+    return dict(window_size=window, causal=causal, softcap=softcap,
+                alibi_slopes=_slopes(batch, nheads, alibi == "per_batch") if alibi else None)
+
+
+def _check_fwd(q, k, v, out, lse, **mods):
+    ref, lse_ref = attention_ref(q, k, v, **mods)
+    ref_lowp, _ = attention_ref(q, k, v, upcast=False, reorder_ops=True, **mods)
+    _assert_close_rule(out, ref, ref_lowp)
+    _assert_lse_close(lse, lse_ref)
+
+
+@pytest.mark.parametrize("window, causal", WINDOWS, ids=[f"{w}{'-causal' if c else ''}" for w, c in WINDOWS])
+@pytest.mark.parametrize("seqlens", [(128, 128), (113, 203), (300, 97), (1, 512), (1024, 1023)], ids=str)
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_window_fwd_bwd(window, causal, seqlens, head_dim):
+    torch.manual_seed(0)
+    (seqlen_q, seqlen_k), batch, nheads, nheads_k = seqlens, 2, 4, 2
+    q = _randn(batch, seqlen_q, nheads, head_dim, dtype=BF16)
+    k = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=BF16)
+    v = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=BF16)
+    out, lse, _ = fac.flash_attn_func(q, k, v, causal=causal, window_size=window, return_attn_probs=True)
+    _check_fwd(q, k, v, out, lse, causal=causal, window_size=window)
+    dout = _randn(*q.shape, dtype=BF16)
+    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, causal=causal, window_size=window)  # noqa: E731
+    ref = lambda q, k, v, **kw: attention_ref(q, k, v, causal=causal, window_size=window, **kw)[0]  # noqa: E731
+    _check_grads(_grads_of(fn, (q, k, v), dout), ref, (q, k, v), dout)
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("softcap", [0.0, 5.0, 30.0])
+@pytest.mark.parametrize("alibi", [None, "per_head", "per_batch"])
+@pytest.mark.parametrize("window, causal", [((-1, -1), False), ((-1, -1), True), ((48, 0), False)],
+                         ids=["full", "causal", "window48"])
+@pytest.mark.parametrize("heads", [(4, 4), (8, 2)], ids=["mha", "gqa"])
+def test_softcap_alibi_fwd_bwd(dtype, softcap, alibi, window, causal, heads):
+    if softcap == 0.0 and alibi is None:
+        pytest.skip("plain kernels: test_fwd / test_bwd")
+    torch.manual_seed(1)
+    batch, seqlen_q, seqlen_k, head_dim = 2, 200, 333, 128
+    nheads, nheads_k = heads
+    q = _randn(batch, seqlen_q, nheads, head_dim, dtype=dtype, scale=3.0)
+    k = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype)
+    v = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype)
+    mods = _mods_case(window, causal, softcap, alibi, batch, nheads)
+    out, lse, _ = fac.flash_attn_func(q, k, v, return_attn_probs=True, **mods)
+    _check_fwd(q, k, v, out, lse, **mods)
+    dout = _randn(*q.shape, dtype=dtype)
+    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, **mods)  # noqa: E731
+    ref = lambda q, k, v, **kw: attention_ref(q, k, v, **mods, **kw)[0]  # noqa: E731
+    _check_grads(_grads_of(fn, (q, k, v), dout), ref, (q, k, v), dout)
+
+
+@pytest.mark.parametrize("mods", ["window", "softcap_alibi", "all"])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_varlen_score_mods(mods, deterministic):
+    """Varlen with empty sequences: per-sequence windows (bottom-right aligned) and (batch, heads) ALiBi."""
+    torch.manual_seed(2)
+    seqlens_q = [0, 17, 128, 1, 300, 0, 255, 3]
+    seqlens_k = [5, 0, 128, 77, 299, 0, 513, 1]
+    q, k, v, dout, cu_q, cu_k = _varlen_case(BF16, 128, seqlens_q, seqlens_k)
+    kw = {}
+    if mods in ("window", "all"):
+        kw.update(window_size=(40, 8))
+    if mods in ("softcap_alibi", "all"):
+        kw.update(softcap=10.0, alibi_slopes=_slopes(len(seqlens_q), q.size(1), True))
+    args = (cu_q, cu_k, max(seqlens_q), max(seqlens_k))
+    out, lse, _ = fac.flash_attn_varlen_func(q, k, v, *args, return_attn_probs=True, **kw)
+    ref, lse_ref = attention_varlen_ref(q, k, v, cu_q, cu_k, **kw)
+    ref_lowp, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, upcast=False, reorder_ops=True, **kw)
+    _assert_close_rule(out, ref, ref_lowp)
+    _assert_lse_close(lse, lse_ref)
+    fn = lambda q, k, v: fac.flash_attn_varlen_func(q, k, v, *args, deterministic=deterministic, **kw)  # noqa: E731
+    grads = _grads_of(fn, (q, k, v), dout)
+    ref_fn = lambda q, k, v, **r: attention_varlen_ref(q, k, v, cu_q, cu_k, **kw, **r)[0]  # noqa: E731
+    _check_grads(grads, ref_fn, (q, k, v), dout)
+    if deterministic:
+        again = _grads_of(fn, (q, k, v), dout)
+        assert all(torch.equal(a, b) for a, b in zip(grads, again)), "deterministic gradients differ"
+
+
+def test_window_cost_grows_with_the_window():
+    """Blocks outside the window are never visited: a 1024 window over 16k keys runs far faster than
+    full attention (the benchmark reports the ratio; this only guards against a full-cost window)."""
+    q = _randn(1, 16384, 8, 128, dtype=BF16)
+    k = _randn(1, 16384, 8, 128, dtype=BF16)
+
+    def timed(**kw):
+        fac.flash_attn_func(q, k, k, **kw)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            fac.flash_attn_func(q, k, k, **kw)
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end)
+
+    assert timed(window_size=(1024, 0)) * 4 < timed(causal=True)
+
+
+@pytest.mark.parametrize("mods", ["window", "softcap", "alibi", "window_softcap_alibi"])
+@pytest.mark.parametrize("page_size", [None, 64], ids=["dense", "page64"])
+@pytest.mark.parametrize("seqlen_q", [1, 4])
+def test_kvcache_score_mods(mods, page_size, seqlen_q):
+    """The KV-cache path with window, softcap and ALiBi (split-KV and GQA included)."""
+    from test_kvcache import Cache
+    torch.manual_seed(3)
+    batch, nheads, nheads_k, d, capacity = 3, 8, 2, 128, 2048
+    cache = Cache(batch, capacity, nheads_k, d, BF16, page_size)
+    lens = torch.tensor([2000, 1, 700], device="cuda", dtype=torch.int32)
+    q = _randn(batch, seqlen_q, nheads, d, dtype=BF16)
+    kw = dict(causal=seqlen_q > 1)
+    if "window" in mods:
+        kw.update(window_size=(300, 0 if seqlen_q > 1 else -1))
+    if "softcap" in mods:
+        kw.update(softcap=15.0)
+    if "alibi" in mods:
+        kw.update(alibi_slopes=_slopes(batch, nheads, True))
+    out, lse = fac.flash_attn_with_kvcache(q, cache.k, cache.v, cache_seqlens=lens, block_table=cache.block_table,
+                                           return_softmax_lse=True, **kw)
+    for b in range(batch):
+        keys = cache.dense(cache.k, b, b)[: lens[b]].unsqueeze(0)
+        values = cache.dense(cache.v, b, b)[: lens[b]].unsqueeze(0)
+        kw_b = dict(kw, alibi_slopes=kw["alibi_slopes"][b:b + 1]) if "alibi_slopes" in kw else kw
+        ref, lse_ref = attention_ref(q[b:b + 1], keys, values, **kw_b)
+        ref_lowp, _ = attention_ref(q[b:b + 1], keys, values, upcast=False, reorder_ops=True, **kw_b)
+        _assert_close_rule(out[b:b + 1], ref, ref_lowp)
+        _assert_lse_close(lse[b:b + 1], lse_ref)
+    assert not math.isnan(out.float().sum().item())
