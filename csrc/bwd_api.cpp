@@ -14,7 +14,8 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
          at::Tensor const& out, at::Tensor const& softmax_lse, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
          std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
          int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
-         int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes, bool deterministic) {
+         int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes, bool deterministic,
+         std::optional<at::Tensor> const& seqused_k) {
   const Problem p = check_problem(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   const int kernel_head_dim = fwd_kernel_head_dim(int(p.head_dim));
   const bool has_mods = softcap > 0.0 || alibi_slopes.has_value();
@@ -61,6 +62,7 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   BwdParams params;
   fill_params(params, p, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal);
   set_score_mods(params, p, ScoreMods{window_left, window_right, softcap, alibi_slopes}, causal, q);
+  set_seqused_k(params, p, seqused_k, q);
   params.dout = view_of(dout, p.varlen);
   params.dq = view_of(dq, p.varlen);
   params.dk = view_of(dk, p.varlen);

@@ -14,7 +14,8 @@ namespace flash_attn_cute {
 at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at::Tensor& out,
                std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
                int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
-               int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes) {
+               int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes,
+               std::optional<at::Tensor> const& seqused_k) {
   const ScoreMods mods{window_left, window_right, softcap, alibi_slopes};
   Problem p = check_problem(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   check_fwd_built(p, mods, q);
@@ -37,6 +38,7 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
   FwdParams params;
   fill_params(params, p, q_rows, k, v, out_rows, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal && !packed);
   set_score_mods(params, unpacked, mods, causal && !packed, q);
+  set_seqused_k(params, p, seqused_k, q);
   // Split-KV where the grid alone would leave SMs idle (few query row blocks, many key blocks).
   const std::vector<at::Tensor> split_buffers = choose_splits(params, p, lse, 0);
   const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());

@@ -154,6 +154,16 @@ void check_fwd_built(Problem const& p, ScoreMods const& mods, at::Tensor const& 
               " in this build (see FLASH_ATTN_CUTE_HDIMS / _DTYPES / _SCORE_MODS)");
 }
 
+void set_seqused_k(FwdParams& params, Problem const& p, std::optional<at::Tensor> const& seqused_k,
+                   at::Tensor const& q) {
+  if (!seqused_k) return;
+  TORCH_CHECK(p.varlen, "flash_attn_cute: seqused_k needs the varlen form (cu_seqlens_q / cu_seqlens_k)");
+  TORCH_CHECK(seqused_k->scalar_type() == at::kInt && seqused_k->dim() == 1 && seqused_k->size(0) == p.batch &&
+                  seqused_k->is_contiguous() && seqused_k->device() == q.device(),
+              "flash_attn_cute: seqused_k must be a contiguous int32 (batch,) tensor on q's device");
+  params.seqused_k = seqused_k->data_ptr<int>();
+}
+
 void set_score_mods(FwdParams& params, Problem const& p, ScoreMods const& mods, bool causal, at::Tensor const& q) {
   TORCH_CHECK(mods.window_left >= -1 && mods.window_right >= -1,
               "flash_attn_cute: window_size entries must be >= -1 (-1: unbounded)");

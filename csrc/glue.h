@@ -59,6 +59,10 @@ void set_score_mods(FwdParams& params, Problem const& p, ScoreMods const& mods, 
 // This build has the forward kernel the problem and its score mods need.
 void check_fwd_built(Problem const& p, ScoreMods const& mods, at::Tensor const& q);
 
+// Varlen only: sequence b uses the first seqused_k[b] of its keys (int32 (batch,) on q's device).
+void set_seqused_k(FwdParams& params, Problem const& p, std::optional<at::Tensor> const& seqused_k,
+                   at::Tensor const& q);
+
 // softmax_lse's shape for a problem.
 std::vector<int64_t> lse_shape(Problem const& p);
 

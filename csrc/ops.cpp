@@ -13,12 +13,12 @@ TORCH_LIBRARY(flash_attn_cute, m) {
   m.def(
       "fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
       "int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, int window_size_left, "
-      "int window_size_right, float softcap, Tensor? alibi_slopes) -> Tensor");
+      "int window_size_right, float softcap, Tensor? alibi_slopes, Tensor? seqused_k) -> Tensor");
   m.def(
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, Tensor(a!) dq, "
       "Tensor(b!) dk, Tensor(c!) dv, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "
       "int max_seqlen_k, float softmax_scale, bool causal, int window_size_left, int window_size_right, "
-      "float softcap, Tensor? alibi_slopes, bool deterministic) -> ()");
+      "float softcap, Tensor? alibi_slopes, bool deterministic, Tensor? seqused_k) -> ()");
   m.def(
       "rotary_copy(Tensor src, Tensor(a!) dst, Tensor? row_base, Tensor? dst_batch_idx, Tensor? block_table, "
       "Tensor? cos, Tensor? sin, Tensor? pos_base, bool interleaved, bool pos_per_row) -> ()");

@@ -13,14 +13,16 @@ namespace flash_attn_cute {
 at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at::Tensor& out,
                std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
                int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
-               int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes);
+               int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes,
+               std::optional<at::Tensor> const& seqused_k);
 
 // Writes the gradients of attention(q, k, v) (which gave out and softmax_lse) for dout into dq, dk, dv.
 void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::Tensor const& v,
          at::Tensor const& out, at::Tensor const& softmax_lse, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
          std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
          int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
-         int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes, bool deterministic);
+         int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes, bool deterministic,
+         std::optional<at::Tensor> const& seqused_k);
 
 // Copies src (batch, rows, heads, dim) into dst row by row (appending at row_base[b] of a dense,
 // batch-indexed or paged cache), rotating the first rotary_dim columns when cos / sin are given.

@@ -44,7 +44,7 @@ def _require_kernel(dtype, head_dim, causal, pass_="forward", mods=False):
 if _C is not None:
     @torch.library.register_fake("flash_attn_cute::fwd")
     def _fwd_fake(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                  window_size_left, window_size_right, softcap, alibi_slopes):
+                  window_size_left, window_size_right, softcap, alibi_slopes, seqused_k):
         if cu_seqlens_q is not None:
             return q.new_empty((q.size(1), q.size(0)), dtype=torch.float32)
         return q.new_empty((q.size(0), q.size(2), q.size(1)), dtype=torch.float32)
@@ -52,7 +52,7 @@ if _C is not None:
     @torch.library.register_fake("flash_attn_cute::bwd")
     def _bwd_fake(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                   max_seqlen_k, softmax_scale, causal, window_size_left, window_size_right, softcap, alibi_slopes,
-                  deterministic):
+                  deterministic, seqused_k):
         return None
 
     @torch.library.register_fake("flash_attn_cute::rotary_copy")
@@ -86,7 +86,7 @@ def _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes):
 
 
 def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, cu_seqlens_k=None,
-        max_seqlen_q=None, max_seqlen_k=None, window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
+        max_seqlen_q=None, max_seqlen_k=None, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, seqused_k=None):
     """Low-level forward: returns (out, softmax_lse).
 
     q: (batch, seqlen_q, nheads, d), k/v: (batch, seqlen_k, nheads_k, d); or, with cu_seqlens_q/k
@@ -94,13 +94,15 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     of 8 and at most 256 (the flash_attn_* functions pad other head dims). softmax_lse is fp32
     (batch, nheads, seqlen_q), or (nheads, total_q) for varlen; rows that see no key get out = 0 and
     lse = +inf. `out`, if given, is written in place. window_size, softcap and alibi_slopes follow
-    flash-attn 2.x (local attention, cap * tanh(scores / cap), ALiBi bias).
+    flash-attn 2.x (local attention, cap * tanh(scores / cap), ALiBi bias); seqused_k (varlen, int32
+    (batch,)) keeps only the first seqused_k[b] keys of sequence b.
     """
     V.check_qkv(q, k, v, cu_seqlens_q is not None or cu_seqlens_k is not None)
     _check_aligned_head_dim(q, "fwd")
     max_seqlen_q, max_seqlen_k = _check_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     V.check_like("q", q, out=out)
     window = _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes)
+    V.check_seqused_k(seqused_k, cu_seqlens_k)
     tensors = dict(q=q, k=k, v=v, out=out)
     V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
     V.check_device(**tensors, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
@@ -110,20 +112,21 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     if out is None:
         out = torch.empty_like(q)
     lse = torch.ops.flash_attn_cute.fwd(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                        float(softmax_scale), bool(causal), *window, float(softcap), alibi_slopes)
+                                        float(softmax_scale), bool(causal), *window, float(softcap), alibi_slopes,
+                                        seqused_k)
     return out, lse
 
 
 def bwd(dout, q, k, v, out, softmax_lse, dq=None, dk=None, dv=None, softmax_scale=None, causal=False,
         cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, deterministic=False,
-        window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
+        window_size=(-1, -1), softcap=0.0, alibi_slopes=None, seqused_k=None):
     """Low-level backward of `fwd`: returns (dq, dk, dv), like q, k, v.
 
     out and softmax_lse are what `fwd` returned for the same q, k, v, softmax_scale and causal;
     dout is the gradient of out (any strides with a contiguous last dimension). dq, dk, dv, if
     given, are written in place. With GQA / MQA, dk and dv are summed over the query heads that
     share each KV head. deterministic=True makes dq bitwise reproducible (dk and dv always are).
-    window_size, softcap and alibi_slopes must be those the forward ran with.
+    window_size, softcap, alibi_slopes and seqused_k must be those the forward ran with.
     """
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     V.check_qkv(q, k, v, varlen)
@@ -133,6 +136,7 @@ def bwd(dout, q, k, v, out, softmax_lse, dq=None, dk=None, dv=None, softmax_scal
     V.check_like("k", k, dk=dk, dv=dv)
     V.check_lse(softmax_lse, q, varlen)
     window = _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes)
+    V.check_seqused_k(seqused_k, cu_seqlens_k)
     tensors = dict(q=q, k=k, v=v, out=out, dout=dout, dq=dq, dk=dk, dv=dv)
     V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
     V.check_device(**tensors, softmax_lse=softmax_lse, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
@@ -144,5 +148,5 @@ def bwd(dout, q, k, v, out, softmax_lse, dq=None, dk=None, dv=None, softmax_scal
     dv = torch.empty_like(v) if dv is None else dv
     torch.ops.flash_attn_cute.bwd(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
                                   max_seqlen_q, max_seqlen_k, float(softmax_scale), bool(causal), *window,
-                                  float(softcap), alibi_slopes, bool(deterministic))
+                                  float(softcap), alibi_slopes, bool(deterministic), seqused_k)
     return dq, dk, dv

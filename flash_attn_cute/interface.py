@@ -28,41 +28,41 @@ class _FlashAttnFunc(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                deterministic, window_size, softcap, alibi_slopes):
+                deterministic, window_size, softcap, alibi_slopes, seqused_k):
         head_dim = q.size(-1)
         if softmax_scale is None:
             softmax_scale = 1.0 / math.sqrt(head_dim)
         q, k, v = (_round_up_head_dim(x) for x in (q, k, v))
-        mods = dict(window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes)
+        mods = dict(window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, seqused_k=seqused_k)
         out, lse = fwd(q, k, v, softmax_scale=softmax_scale, causal=causal, cu_seqlens_q=cu_seqlens_q,
                        cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, **mods)
-        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes)
+        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, seqused_k)
         ctx.args = (head_dim, softmax_scale, causal, max_seqlen_q, max_seqlen_k, deterministic, window_size, softcap)
         ctx.mark_non_differentiable(lse)
         return out[..., :head_dim], lse
 
     @staticmethod
     def backward(ctx, dout, dlse):
-        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes = ctx.saved_tensors
+        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, seqused_k = ctx.saved_tensors
         head_dim, softmax_scale, causal, max_seqlen_q, max_seqlen_k, deterministic, window_size, softcap = ctx.args
         dout = _kernel_layout(_round_up_head_dim(dout))
         dq, dk, dv = bwd(dout, q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal,
                          cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                          max_seqlen_k=max_seqlen_k, deterministic=deterministic, window_size=window_size,
-                         softcap=softcap, alibi_slopes=alibi_slopes)
-        return (dq[..., :head_dim], dk[..., :head_dim], dv[..., :head_dim]) + (None,) * 10
+                         softcap=softcap, alibi_slopes=alibi_slopes, seqused_k=seqused_k)
+        return (dq[..., :head_dim], dk[..., :head_dim], dv[..., :head_dim]) + (None,) * 11
 
 
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
                window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table=None,
-               varlen=False):
+               varlen=False, seqused_k=None):
     if varlen:
         V.require_cu_seqlens(cu_seqlens_q, cu_seqlens_k)
     V.check_qkv(q, k, v, varlen)
     V.check_not_implemented(dropout_p, block_table)
     # window_size, softcap and alibi_slopes are checked by fwd, after the varlen arguments.
     out, lse = _FlashAttnFunc.apply(q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                    max_seqlen_k, bool(deterministic), window_size, softcap, alibi_slopes)
+                                    max_seqlen_k, bool(deterministic), window_size, softcap, alibi_slopes, seqused_k)
     return (out, lse, None) if return_attn_probs else out
 
 
@@ -99,12 +99,14 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                           alibi_slopes=None, deterministic=False, return_attn_probs=False, block_table=None):
+                           alibi_slopes=None, deterministic=False, return_attn_probs=False, block_table=None,
+                           seqused_k=None):
     """q: (total_q, nheads, d); k, v: (total_k, nheads_k, d); cu_seqlens_*: int32 (batch + 1).
-    softmax_lse is (nheads, total_q)."""
+    softmax_lse is (nheads, total_q). seqused_k (int32 (batch,), an extension of flash-attn 2.x's
+    low-level API): sequence b attends to only the first seqused_k[b] of its keys."""
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
                       causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table,
-                      varlen=True)
+                      varlen=True, seqused_k=seqused_k)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None,

@@ -174,6 +174,20 @@ def check_not_implemented(dropout_p=0.0, block_table=None):
                                   "implemented yet; flash_attn_with_kvcache takes paged caches")
 
 
+def check_seqused_k(seqused_k, cu_seqlens_k):
+    """seqused_k: int32 (batch,) next to cu_seqlens_k (varlen only)."""
+    if seqused_k is None:
+        return
+    if cu_seqlens_k is None:
+        _fail("seqused_k needs the varlen form (cu_seqlens_q / cu_seqlens_k)")
+    _check_tensor("seqused_k", seqused_k)
+    batch = cu_seqlens_k.numel() - 1
+    if seqused_k.dtype != torch.int32 or seqused_k.dim() != 1 or seqused_k.size(0) != batch:
+        _fail(f"seqused_k must be an int32 tensor of shape ({batch},), got {seqused_k.dtype} {tuple(seqused_k.shape)}")
+    if not seqused_k.is_contiguous():
+        _fail("seqused_k must be contiguous")
+
+
 def check_score_mods(window_size, softcap, alibi_slopes, batch, nheads, device):
     """window_size (left, right) with -1 = unbounded; softcap >= 0; alibi_slopes fp32 (nheads,) or
     (batch, nheads) on q's device. Returns window_size as a tuple of two ints."""

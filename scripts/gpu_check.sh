@@ -4,7 +4,9 @@
 #   usage: bash scripts/gpu_check.sh [pytest args...]
 #   env:   FLASH_ATTN_CUTE_{HDIMS,DTYPES,ARCHS,PASSES} (default arch 90), BENCH_ARGS, SKIP_BENCH=1,
 #          SKIP_TESTS=1, SKIP_BUILD=1 (reuse the installed build), EXAMPLE=1 (run examples/train_gpt.py),
-#          DECODE_BENCH=1 (run benchmarks/bench_decode.py with DECODE_ARGS),
+#          DECODE_BENCH=1 (benchmarks/bench_decode.py with DECODE_ARGS), FEATURES_BENCH=1
+#          (benchmarks/bench_features.py with FEATURES_ARGS), SMOKE=1 (scripts/smoke.py first: one call
+#          per kernel path under a watchdog), TEST_TIMEOUT / BENCH_TIMEOUT (seconds, default 1800 / 600)
 #          DEV_BUILD_TIMING=1 (also time a one-head-dim, one-dtype build from scratch)
 #   Kernel objects in .prebuilt/ (scripts/prebuild_kernels.py, carried along) are linked, not compiled.
 set -uo pipefail
@@ -32,17 +34,27 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
   so=$(cd /tmp && python3 -c "import flash_attn_cute._C as c; print(c.__file__)") && gzip -c "$so" > "$OUT/$(basename "$so").gz"
 fi
 
+if [ "${SMOKE:-0}" = 1 ]; then
+  (cd /tmp && timeout -k 5 120 python3 "$OLDPWD/scripts/smoke.py" 20 2>&1 | tail -12)
+fi
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   # The README's test command. Plain `pytest`, not `python -m pytest`: the latter would put the
   # source tree (which has no built _C) ahead of the installed package.
   pytest=$(command -v pytest || echo "$(dirname "$(command -v python3)")/pytest")
-  "$pytest" -q -rf --durations=5 "${@:-tests}" 2>&1 | tee "$OUT/tests.log" | tail -40
+  timeout -k 5 -s INT "${TEST_TIMEOUT:-1800}" "$pytest" -q -rf --durations=5 "${@:-tests}" 2>&1 |
+    tee "$OUT/tests.log" | tail -40
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  python3 benchmarks/bench_attention.py --out "$OUT/bench" ${BENCH_ARGS:-} 2>"$OUT/bench.err" | tail -60
+  timeout -k 5 -s INT "${BENCH_TIMEOUT:-600}" python3 benchmarks/bench_attention.py --out "$OUT/bench" \
+    ${BENCH_ARGS:-} 2>"$OUT/bench.err" | tail -60
 fi
 if [ "${DECODE_BENCH:-0}" = 1 ]; then
-  python3 benchmarks/bench_decode.py --out "$OUT/decode" ${DECODE_ARGS:-} 2>"$OUT/decode.err" | tail -45
+  timeout -k 5 -s INT "${BENCH_TIMEOUT:-600}" python3 benchmarks/bench_decode.py --out "$OUT/decode" \
+    ${DECODE_ARGS:-} 2>"$OUT/decode.err" | tail -45
+fi
+if [ "${FEATURES_BENCH:-0}" = 1 ]; then
+  timeout -k 5 -s INT "${BENCH_TIMEOUT:-600}" python3 benchmarks/bench_features.py --out "$OUT/features" \
+    ${FEATURES_ARGS:-} 2>"$OUT/features.err" | tail -25
 fi
 if [ "${EXAMPLE:-0}" = 1 ]; then
   python3 examples/train_gpt.py --out "$OUT/train_gpt" 2>&1 | tee "$OUT/train_gpt.log" | tail -16

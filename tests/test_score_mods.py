@@ -154,3 +154,30 @@ def test_kvcache_score_mods(mods, page_size, seqlen_q):
         _assert_close_rule(out[b:b + 1], ref, ref_lowp)
         _assert_lse_close(lse[b:b + 1], lse_ref)
     assert not math.isnan(out.float().sum().item())
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_seqused_k(causal):
+    """seqused_k: sequence b attends to the first seqused_k[b] of its keys; the rest get zero gradients."""
+    torch.manual_seed(4)
+    seqlens_q = [0, 17, 128, 1, 300, 5]
+    seqlens_k = [5, 0, 128, 77, 299, 40]
+    used = [3, 0, 100, 77, 1, 0]
+    q, k, v, dout, cu_q, cu_k = _varlen_case(BF16, 128, seqlens_q, seqlens_k)
+    seqused = torch.tensor(used, device="cuda", dtype=torch.int32)
+    args = (cu_q, cu_k, max(seqlens_q), max(seqlens_k))
+    fn = lambda q, k, v: fac.flash_attn_varlen_func(q, k, v, *args, causal=causal, seqused_k=seqused)  # noqa: E731
+    # The reference sees only the used keys: every sequence's prefix, packed.
+    keep = torch.cat([torch.arange(int(cu_k[b]), int(cu_k[b]) + used[b], device="cuda") for b in range(len(used))])
+    cu_used = torch.tensor([0] + used, device="cuda").cumsum(0).int()
+    out = fn(q, k, v)
+    ref, _ = attention_varlen_ref(q, k[keep], v[keep], cu_q, cu_used, causal=causal)
+    ref_lowp, _ = attention_varlen_ref(q, k[keep], v[keep], cu_q, cu_used, causal=causal, upcast=False,
+                                       reorder_ops=True)
+    _assert_close_rule(out, ref, ref_lowp)
+    dq, dk, dv = _grads_of(fn, (q, k, v), dout)
+    unused = torch.ones(k.size(0), dtype=torch.bool, device="cuda")
+    unused[keep] = False
+    assert (dk[unused] == 0).all() and (dv[unused] == 0).all(), "keys past seqused_k get zero gradients"
+    ref_fn = lambda q, k_, v_, **r: attention_varlen_ref(q, k_, v_, cu_q, cu_used, causal=causal, **r)[0]  # noqa: E731
+    _check_grads((dq, dk[keep], dv[keep]), ref_fn, (q, k[keep], v[keep]), dout)

@@ -236,6 +236,13 @@ SCORE_MODS = {  # bad window / softcap / ALiBi arguments (2 sequences, or 3 in v
 }
 
 
+def test_bad_seqused_k():
+    raises(r"seqused_k needs the varlen form", lambda: fac.fwd(*qkv(), seqused_k=torch.zeros(B, dtype=torch.int32)))
+    raises(r"seqused_k must be an int32 tensor of shape \(3,\)", lambda: CALLS["varlen"](seqused_k=torch.zeros(2)))
+    raises(r"seqused_k must be an int32 tensor of shape \(3,\)",
+           lambda: CALLS["varlen"](seqused_k=torch.zeros(4, dtype=torch.int32)))
+
+
 @pytest.mark.parametrize("case", SCORE_MODS)
 @pytest.mark.parametrize("fn", CALLS)
 def test_bad_score_mods(fn, case):

@@ -34,7 +34,9 @@ struct BlockInfo {
         q_row_start(params.cu_seqlens_q ? params.cu_seqlens_q[bidb] : 0),
         is_varlen(params.cu_seqlens_q != nullptr) {
     int used = params.cu_seqlens_k ? params.cu_seqlens_k[bidb + 1] - params.cu_seqlens_k[bidb] : params.seqlen_k;
-    if (params.seqused_k) used = params.seqused_k[bidb];
+    // seqused_k never reaches past the sequence's own keys in varlen mode (the next sequence's rows,
+    // or past the tensor for the last one).
+    if (params.seqused_k) used = params.cu_seqlens_k ? clamp(params.seqused_k[bidb], 0, used) : params.seqused_k[bidb];
     const int leftpad = params.leftpad_k ? clamp(params.leftpad_k[bidb], 0, params.seqlen_k) : 0;
     seqlen_k = clamp(used - leftpad, 0, params.seqlen_k - leftpad);
     k_row_start = (params.cu_seqlens_k ? params.cu_seqlens_k[bidb] : 0) + leftpad;

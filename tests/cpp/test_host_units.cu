@@ -660,6 +660,14 @@ void test_block_info() {
     CHECK_EQ(BlockInfo(short_max, 3).seqlen_q, 20, "varlen: seqlen_q 28 cut to max_seqlen_q 20");
     CHECK_EQ(BlockInfo(short_max, 2).seqlen_k, 10, "varlen: seqlen_k 23 cut to max_seqlen_k 10");
     CHECK_EQ(BlockInfo(short_max, 0).seqlen_q, 5, "varlen: seqlen_q 5 under the max is kept");
+    // seqused_k: a prefix of each sequence's keys, never more than the sequence has.
+    const int used[] = {3, 9, 0, 1};
+    FwdParams with_used = p;
+    with_used.seqused_k = used;
+    CHECK_EQ(BlockInfo(with_used, 0).seqlen_k, 3, "varlen seqused_k: 3 of 7 keys");
+    CHECK_EQ(BlockInfo(with_used, 1).seqlen_k, 0, "varlen seqused_k: 9 of 0 keys is cut to 0");
+    CHECK_EQ(BlockInfo(with_used, 2).seqlen_k, 0, "varlen seqused_k: 0 of 23 keys");
+    CHECK_EQ(BlockInfo(with_used, 3).k_row_start, 30, "varlen seqused_k: the keys still start at cu_seqlens_k");
     CHECK_EQ(b1.k_offset(p.k, 2), 7 * 256 + 2 * 64, "varlen: k_offset(b 1, h 2)");
     CHECK_EQ(b1.lse_offset(p, 1, 3), 5 + 3 * 40, "varlen: lse_offset(b 1, h 3)");
     const BlockInfo b3(p, 3);
