@@ -141,6 +141,8 @@ at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tenso
   params.kv_batch = int(k_cache.size(0));
   TORCH_CHECK(params.kv_batch_idx || block_table_ptr || k_cache.size(0) == p.batch,
               "flash_attn_cute: k_cache batch must equal q batch (or give cache_batch_idx / block_table)");
+  TORCH_CHECK(!block_table_ptr || (!params.leftpad_k && !params.kv_batch_idx),
+              "flash_attn_cute: a paged cache (block_table) takes neither cache_leftpad nor cache_batch_idx");
   if (block_table_ptr) {
     params.block_table = block_table_ptr;
     params.block_table_batch_stride = block_table->stride(0);

@@ -136,8 +136,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     paged (num_blocks, page_size, nheads_k, d) with block_table (batch, max_blocks_per_seq) int32;
     k, v: new keys/values (batch, seqlen_new, nheads_k, d) written into the cache at cache_seqlens (int
     or int32 (batch,)) and attended to in the same call; rotary_cos / rotary_sin (seqlen_ro,
-    rotary_dim / 2) rotate them and q (q at cache_seqlens + its row when causal, else at
-    cache_seqlens). cache_batch_idx picks the cache entry of each sequence; cache_leftpad[b] is where
+    rotary_dim / 2) rotate them and q (q at cache_seqlens + its row when causal or local, else all
+    rows at cache_seqlens, as flash-attn 2.x). cache_batch_idx picks the cache entry of each sequence; cache_leftpad[b] is where
     sequence b's keys start. Returns out like q, or (out, softmax_lse (batch, nheads, seqlen_q)) with
     return_softmax_lse."""
     if q.dim() == 4:
@@ -148,9 +148,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if softmax_scale is None:
         softmax_scale = q.size(-1) ** -0.5
     batch = q.size(0)
+    capacity = block_table.size(1) * k_cache.size(1) if block_table is not None else k_cache.size(1)
     if not isinstance(cache_seqlens, torch.Tensor):
-        rows = (block_table.size(1) * k_cache.size(1) if block_table is not None else k_cache.size(1)) \
-            if cache_seqlens is None else cache_seqlens
+        rows = capacity if cache_seqlens is None else cache_seqlens
         cache_seqlens = torch.full((batch,), rows, dtype=torch.int32, device=q.device)
     seqused_k = cache_seqlens
     if k is not None:
@@ -160,9 +160,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                         rotary_interleaved, True)
         ops.rotary_copy(v, v_cache, cache_seqlens, cache_batch_idx, block_table, None, None, None, False, True)
         if cos is not None:
-            # q's rows sit after the cache's keys: at their own positions when causal, else all at the first.
+            # q's rows sit after the cache's keys: at their own positions when causal or local (a window
+            # side shorter than the cache), else all at the first (flash-attn 2.x).
+            local = any(0 <= side < capacity for side in window_size)
             q_rotated = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-            ops.rotary_copy(q, q_rotated, None, None, None, cos, sin, cache_seqlens, rotary_interleaved, causal)
+            ops.rotary_copy(q, q_rotated, None, None, None, cos, sin, cache_seqlens, rotary_interleaved,
+                            bool(causal) or local)
             q = q_rotated
         seqused_k = cache_seqlens + k.size(1)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)

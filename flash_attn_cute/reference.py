@@ -47,7 +47,9 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, reorde
             side unbounded). causal is right = 0.
         softcap: > 0 replaces each scaled score s by softcap * tanh(s / softcap).
         alibi_slopes: (nheads,) or (batch, nheads); adds -slope * |i + seqlen_k - seqlen_q - j|
-            to the (scaled, capped) score of query i and key j.
+            to the (scaled, capped) score of query i and key j, or, causal without a left window,
+            slope * j: flash-attn 2.x's kernel convention (the same output, as the two differ by a
+            constant per row; the LSE carries that constant).
 
     Returns:
         (out, lse): out (batch, seqlen_q, nheads, d_v); lse (batch, nheads, seqlen_q)
@@ -79,12 +81,14 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, reorde
     row = torch.arange(seqlen_q, device=q.device).view(-1, 1)
     col = torch.arange(seqlen_k, device=q.device).view(1, -1)
     offset = row + (seqlen_k - seqlen_q) - col  # (seqlen_q, seqlen_k): how far key j lies left of the diagonal
-    if alibi_slopes is not None:
-        slopes = alibi_slopes.to(scores.dtype).reshape(-1 if alibi_slopes.dim() == 2 else 1, nheads, 1, 1)
-        scores = scores - slopes * offset.abs().to(scores.dtype)
     left, right = window_size
     if causal:
         right = 0
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.to(scores.dtype).reshape(-1 if alibi_slopes.dim() == 2 else 1, nheads, 1, 1)
+        causal_form = left < 0 and right == 0
+        bias = col.expand(seqlen_q, -1) if causal_form else -offset.abs()
+        scores = scores + slopes * bias.to(scores.dtype)
     masked = torch.zeros(seqlen_q, seqlen_k, dtype=torch.bool, device=q.device)  # True = hidden
     if right >= 0:
         masked |= offset < -right

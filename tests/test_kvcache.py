@@ -62,7 +62,7 @@ def _expected_cache(before, new, seqlen, rotate):
 
 def _run_and_check(*, batch=3, seqlen_q=1, nheads=8, nheads_k=2, d=128, capacity=512, page_size=None,
                    seqlen_new=0, rotary=None, causal=False, dtype=BF16, num_splits=0, cache_seqlens=None,
-                   batch_idx=None, leftpad=None, entries=None):
+                   batch_idx=None, leftpad=None, entries=None, window_size=(-1, -1)):
     cache = Cache(batch, capacity, nheads_k, d, dtype, page_size, entries)
     before_k, before_v = cache.k.clone(), cache.v.clone()
     if cache_seqlens is None:
@@ -76,7 +76,8 @@ def _run_and_check(*, batch=3, seqlen_q=1, nheads=8, nheads_k=2, d=128, capacity
     out, lse = fac.flash_attn_with_kvcache(
         q, cache.k, cache.v, k_new, v_new, rotary_cos=cos, rotary_sin=sin, cache_seqlens=cache_seqlens,
         cache_batch_idx=batch_idx, cache_leftpad=leftpad, block_table=cache.block_table, causal=causal,
-        rotary_interleaved=rotary == "interleaved", num_splits=num_splits, return_softmax_lse=True)
+        rotary_interleaved=rotary == "interleaved", num_splits=num_splits, return_softmax_lse=True,
+        window_size=window_size)
     assert out.shape == q.shape and out.dtype == dtype and lse.shape == (batch, nheads, seqlen_q)
 
     rotate = None
@@ -100,12 +101,14 @@ def _run_and_check(*, batch=3, seqlen_q=1, nheads=8, nheads_k=2, d=128, capacity
         values = cache.dense(cache.v, b, entry)[start:end].unsqueeze(0)
         q_b = q[b]
         if rotate is not None:
-            positions = lens[b] + (torch.arange(seqlen_q, device="cuda") if causal else
+            per_row = causal or any(0 <= w < capacity for w in window_size)
+            positions = lens[b] + (torch.arange(seqlen_q, device="cuda") if per_row else
                                    torch.zeros(seqlen_q, device="cuda", dtype=torch.long))
             q_b = rotate(q_b, positions).to(dtype)
         q_b = q_b.unsqueeze(0)
-        ref, lse_ref = attention_ref(q_b, keys, values, causal=causal)
-        ref_lowp, _ = attention_ref(q_b, keys, values, causal=causal, upcast=False, reorder_ops=True)
+        ref, lse_ref = attention_ref(q_b, keys, values, causal=causal, window_size=window_size)
+        ref_lowp, _ = attention_ref(q_b, keys, values, causal=causal, upcast=False, reorder_ops=True,
+                                    window_size=window_size)
         assert not out[b].isnan().any(), "NaN in output"
         err = (out[b].float() - ref[0]).abs().max().item()
         bound = 2 * (ref_lowp[0].float() - ref[0]).abs().max().item() + 1e-5
@@ -151,6 +154,13 @@ def test_long_and_short_caches(length):
     torch.manual_seed(3)
     _run_and_check(batch=1, nheads=32, nheads_k=8, capacity=131072, seqlen_new=1, page_size=256,
                    cache_seqlens=torch.tensor([length], device="cuda", dtype=I32))
+
+
+@pytest.mark.parametrize("window_size", [(100, 0), (50, 50)], ids=str)
+def test_rotary_with_window_rotates_q_per_row(window_size):
+    """A local window (not causal) rotates q's rows at their own positions, as flash-attn 2.x does."""
+    torch.manual_seed(7)
+    _run_and_check(seqlen_q=3, seqlen_new=3, rotary="interleaved", window_size=window_size)
 
 
 def test_batch_idx_and_leftpad():

@@ -41,8 +41,9 @@ def _naive(q, k, v, causal, scale, window=(-1, -1), softcap=0.0, slopes=None):
                     x = float(q[b, i, h] @ k[b, j, h // g]) * scale
                     if softcap:
                         x = softcap * math.tanh(x / softcap)
-                    if slopes is not None:
-                        x -= float(slopes[h]) * abs(diag - j)
+                    if slopes is not None:  # flash-attn's kernel convention: +slope * j when causal
+                        causal_form = window[0] < 0 and (causal or window[1] == 0)
+                        x += float(slopes[h]) * (j if causal_form else -abs(diag - j))
                     s.append(x)
                 m = max(s)
                 w = [math.exp(x - m) for x in s]

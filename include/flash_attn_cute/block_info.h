@@ -33,15 +33,17 @@ struct BlockInfo {
                                      : params.seqlen_q),
         q_row_start(params.cu_seqlens_q ? params.cu_seqlens_q[bidb] : 0),
         is_varlen(params.cu_seqlens_q != nullptr) {
+    // A paged cache has neither left padding nor batch indirection (the block table is both).
+    const bool paged = params.block_table != nullptr;
     int used = params.cu_seqlens_k ? params.cu_seqlens_k[bidb + 1] - params.cu_seqlens_k[bidb] : params.seqlen_k;
     // seqused_k never reaches past the sequence's own keys in varlen mode (the next sequence's rows,
     // or past the tensor for the last one).
     if (params.seqused_k) used = params.cu_seqlens_k ? clamp(params.seqused_k[bidb], 0, used) : params.seqused_k[bidb];
-    const int leftpad = params.leftpad_k ? clamp(params.leftpad_k[bidb], 0, params.seqlen_k) : 0;
+    const int leftpad = params.leftpad_k && !paged ? clamp(params.leftpad_k[bidb], 0, params.seqlen_k) : 0;
     seqlen_k = clamp(used - leftpad, 0, params.seqlen_k - leftpad);
     k_row_start = (params.cu_seqlens_k ? params.cu_seqlens_k[bidb] : 0) + leftpad;
-    k_batch = params.cu_seqlens_k || params.block_table ? 0 : bidb;
-    if (params.kv_batch_idx) {
+    k_batch = params.cu_seqlens_k || paged ? 0 : bidb;
+    if (params.kv_batch_idx && !paged) {
       k_batch = params.kv_batch_idx[bidb];
       if (k_batch < 0 || k_batch >= params.kv_batch) {
         k_batch = 0;

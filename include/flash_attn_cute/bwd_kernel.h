@@ -182,7 +182,10 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
                                   : 0.f;
     if constexpr (Has_mods) {
       if (params.softcap > 0.f) apply_softcap(tSrS, params.softcap);
-      if (params.alibi_slopes) apply_alibi(tSrS, tScS, m_start, int(n_start), binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
+      if (params.alibi_slopes) {
+        apply_alibi(tSrS, tScS, m_start, int(n_start), binfo.seqlen_q, binfo.seqlen_k, alibi_causal_form(params.window),
+                    alibi_slope);
+      }
     }
     if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScS, m_start, int(n_start));
     Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
@@ -196,7 +199,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
       if (params.softcap > 0.f) {
         // Through the cap: dS *= 1 - tanh^2, tanh recovered from P.
         softcap_dscores(tdPrdP_rc, tSrS_rc, lse_log2, params.softmax_scale_log2, tScS_rc, m_start, int(n_start),
-                        binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
+                        binfo.seqlen_q, binfo.seqlen_k, alibi_causal_form(params.window), alibi_slope);
       }
     }
     Tensor rP = convert_type<Element>(tSrS);

@@ -135,7 +135,8 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
     if constexpr (Has_mods) {
       if (params.softcap > 0.f) apply_softcap(tSrS, params.softcap);
       if (params.alibi_slopes) {
-        apply_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
+        apply_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k,
+                    alibi_causal_form(params.window), alibi_slope);
       }
     }
     if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScS, int(m_start), n_block * kBlockN);

@@ -36,22 +36,26 @@ struct FwdMask {
 #endif
 };
 
-// ALiBi (flash-attn 2.x's convention): the logit of (row i, key j) gets -slope * |i + seqlen_k -
-// seqlen_q - j|. Scores are in units of the softmax scale, so the kernels add bias / softmax_scale.
-FLASH_HOST_DEVICE constexpr float alibi_distance(int row, int col, int seqlen_q, int seqlen_k) {
+// ALiBi, flash-attn 2.x's kernel convention: the logit of (row i, key j) gets slope * alibi_bias,
+//   -|i + seqlen_k - seqlen_q - j|, or, causal (no left window), +j: the same up to a constant per
+// row (the output is the same; softmax_lse differs by it, and matches flash-attn's).
+// Scores are in units of the softmax scale, so the kernels add slope / softmax_scale times it.
+FLASH_HOST_DEVICE constexpr float alibi_bias(int row, int col, int seqlen_q, int seqlen_k, bool causal_form) {
   const int d = row + seqlen_k - seqlen_q - col;
-  return float(d < 0 ? -d : d);
+  return causal_form ? float(col) : -float(d < 0 ? -d : d);
 }
 
+FLASH_HOST_DEVICE constexpr bool alibi_causal_form(Window window) { return window.left < 0 && window.right == 0; }
+
 #if defined(__CUDACC__)
-// Adds -slope_scaled * distance to every score of the tile (slope_scaled = slope / softmax_scale).
+// Adds slope_scaled * alibi_bias to every score of the tile (slope_scaled = slope / softmax_scale).
 template <class TensorS, class TensorC>
 __device__ __forceinline__ void apply_alibi(TensorS& tSrS, TensorC const& tScS, int row0, int col0, int seqlen_q,
-                                            int seqlen_k, float slope_scaled) {
+                                            int seqlen_k, bool causal_form, float slope_scaled) {
 #pragma unroll
   for (int i = 0; i < cute::size(tSrS); ++i) {
-    tSrS(i) -= slope_scaled * alibi_distance(row0 + cute::get<0>(tScS(i)), col0 + cute::get<1>(tScS(i)), seqlen_q,
-                                             seqlen_k);
+    tSrS(i) += slope_scaled * alibi_bias(row0 + cute::get<0>(tScS(i)), col0 + cute::get<1>(tScS(i)), seqlen_q,
+                                         seqlen_k, causal_form);
   }
 }
 
