@@ -18,10 +18,10 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
          std::optional<at::Tensor> const& seqused_k) {
   const Problem p = check_problem(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   const int kernel_head_dim = fwd_kernel_head_dim(int(p.head_dim));
-  const bool has_mods = softcap > 0.0 || alibi_slopes.has_value();
+  const bool has_mods = needs_score_mods(p, ScoreMods{window_left, window_right, softcap, alibi_slopes}, causal);
   TORCH_CHECK(bwd_is_built(p.dtype, kernel_head_dim, has_mods), "flash_attn_cute: no backward kernel for ",
               c10::toString(q.scalar_type()), " head dim ", num(p.head_dim),
-              has_mods ? " with softcap / ALiBi" : "",
+              has_mods ? " with softcap / ALiBi / a local window" : "",
               " in this build (see FLASH_ATTN_CUTE_HDIMS / _DTYPES / _PASSES / _SCORE_MODS)");
   check_like(dout, q, "dout", "q");
   check_like(dq, q, "dq", "q");

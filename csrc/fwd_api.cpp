@@ -18,7 +18,7 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
                std::optional<at::Tensor> const& seqused_k) {
   const ScoreMods mods{window_left, window_right, softcap, alibi_slopes};
   Problem p = check_problem(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
-  check_fwd_built(p, mods, q);
+  check_fwd_built(p, mods, causal, q);
 
   c10::cuda::CUDAGuard device_guard(q.device());
   const std::vector<int64_t> lse_sizes = lse_shape(p);

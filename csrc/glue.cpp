@@ -146,11 +146,23 @@ bool pack_gqa_rows(Problem& p, at::Tensor& q, at::Tensor& out, ScoreMods const& 
   return true;
 }
 
-void check_fwd_built(Problem const& p, ScoreMods const& mods, at::Tensor const& q) {
-  const bool has_mods = mods.softcap > 0.0 || mods.alibi_slopes.has_value();
+Window effective_window(Problem const& p, ScoreMods const& mods, bool causal) {
+  auto bounded = [&](int64_t side) { return side < 0 || side >= p.seqlen_k ? -1 : int(side); };
+  return Window{bounded(mods.window_left), causal ? 0 : bounded(mods.window_right)};
+}
+
+bool needs_score_mods(Problem const& p, ScoreMods const& mods, bool causal) {
+  FwdParams probe;
+  probe.is_causal = causal;
+  probe.window = effective_window(p, mods, causal);
+  return mods.softcap > 0.0 || mods.alibi_slopes.has_value() || probe.has_local_window();
+}
+
+void check_fwd_built(Problem const& p, ScoreMods const& mods, bool causal, at::Tensor const& q) {
+  const bool has_mods = needs_score_mods(p, mods, causal);
   TORCH_CHECK(fwd_is_built(p.dtype, fwd_kernel_head_dim(int(p.head_dim)), has_mods),
               "flash_attn_cute: no forward kernel for ", c10::toString(q.scalar_type()), " head dim ",
-              num(p.head_dim), has_mods ? " with softcap / ALiBi" : "",
+              num(p.head_dim), has_mods ? " with softcap / ALiBi / a local window" : "",
               " in this build (see FLASH_ATTN_CUTE_HDIMS / _DTYPES / _SCORE_MODS)");
 }
 
@@ -168,9 +180,7 @@ void set_score_mods(FwdParams& params, Problem const& p, ScoreMods const& mods, 
   TORCH_CHECK(mods.window_left >= -1 && mods.window_right >= -1,
               "flash_attn_cute: window_size entries must be >= -1 (-1: unbounded)");
   TORCH_CHECK(mods.softcap >= 0.0, "flash_attn_cute: softcap must be >= 0");
-  auto bounded = [&](int64_t side) { return side < 0 || side >= p.seqlen_k ? -1 : int(side); };
-  params.window.left = bounded(mods.window_left);
-  params.window.right = causal ? 0 : bounded(mods.window_right);
+  params.window = effective_window(p, mods, causal);
   if (mods.softcap > 0.0) {
     params.softcap = float(params.score_scale / mods.softcap);
     params.softmax_scale = float(mods.softcap);

@@ -56,8 +56,14 @@ struct ScoreMods {
 // seqlen_k is unbounded), the softcap scales and the ALiBi slopes. After fill_params.
 void set_score_mods(FwdParams& params, Problem const& p, ScoreMods const& mods, bool causal, at::Tensor const& q);
 
+// The window the kernels see: causal sets right = 0, a side that reaches past seqlen_k is unbounded.
+Window effective_window(Problem const& p, ScoreMods const& mods, bool causal);
+
+// Whether the call needs the score-mod instantiations (FwdParams::has_score_mods).
+bool needs_score_mods(Problem const& p, ScoreMods const& mods, bool causal);
+
 // This build has the forward kernel the problem and its score mods need.
-void check_fwd_built(Problem const& p, ScoreMods const& mods, at::Tensor const& q);
+void check_fwd_built(Problem const& p, ScoreMods const& mods, bool causal, at::Tensor const& q);
 
 // Varlen only: sequence b uses the first seqused_k[b] of its keys (int32 (batch,) on q's device).
 void set_seqused_k(FwdParams& params, Problem const& p, std::optional<at::Tensor> const& seqused_k,

@@ -118,10 +118,10 @@ at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tenso
               "flash_attn_cute: head dim must be a multiple of 8 in [8, ", num(kMaxHeadDim), "]");
   TORCH_CHECK(p.heads_k > 0 && p.heads % p.heads_k == 0, "flash_attn_cute: nheads must be a multiple of nheads_k");
   TORCH_CHECK(p.batch <= 65535 && p.heads <= 65535, "flash_attn_cute: batch and nheads must be at most 65535");
-  check_fwd_built(p, mods, q);
   int const* block_table_ptr = int_ptr(block_table, q, p.batch, 2, "block_table");
   p.seqlen_k = block_table_ptr ? block_table->size(1) * k_cache.size(1) : k_cache.size(1);
   TORCH_CHECK(p.seqlen_k < (int64_t(1) << 31), "flash_attn_cute: the cache holds too many rows per sequence");
+  check_fwd_built(p, mods, causal, q);
 
   c10::cuda::CUDAGuard device_guard(q.device());
   const std::vector<int64_t> lse_sizes = lse_shape(p);

@@ -28,6 +28,14 @@ BUILT_FWD_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _
 BUILT_BWD_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _C.built_bwd_kernels())
 
 
+def has_score_mods(window_size, softcap, alibi_slopes, causal, seqlen_k):
+    """Whether the call needs the score-mod kernels: softcap, ALiBi, or a window side shorter than
+    the keys beyond causal (csrc/glue.cpp set_score_mods, params.h has_score_mods)."""
+    left, right = window_size
+    local = 0 <= left < seqlen_k or (0 <= right < seqlen_k and not causal)
+    return bool(softcap) or alibi_slopes is not None or local
+
+
 def _require_kernel(dtype, head_dim, causal, pass_="forward", mods=False):
     if _C is None:
         raise RuntimeError("flash_attn_cute was installed without its CUDA extension "
@@ -36,7 +44,7 @@ def _require_kernel(dtype, head_dim, causal, pass_="forward", mods=False):
     if key not in (BUILT_FWD_KERNELS if pass_ == "forward" else BUILT_BWD_KERNELS):
         raise NotImplementedError(
             f"flash_attn_cute: this build has no {pass_} kernel for {key[0]}, head dim {head_dim} "
-            f"(kernel {key[1]}), causal={causal}" + (" with softcap / ALiBi" if mods else "") +
+            f"(kernel {key[1]}), causal={causal}" + (" with softcap / ALiBi / a local window" if mods else "") +
             "; rebuild with FLASH_ATTN_CUTE_HDIMS / FLASH_ATTN_CUTE_DTYPES / FLASH_ATTN_CUTE_PASSES"
             " / FLASH_ATTN_CUTE_SCORE_MODS")
 
@@ -106,7 +114,8 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     tensors = dict(q=q, k=k, v=v, out=out)
     V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
     V.check_device(**tensors, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
-    _require_kernel(q.dtype, q.size(-1), bool(causal), mods=bool(softcap) or alibi_slopes is not None)
+    _require_kernel(q.dtype, q.size(-1), bool(causal),
+                    mods=has_score_mods(window, softcap, alibi_slopes, causal, max_seqlen_k))
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.size(-1))
     if out is None:
@@ -140,7 +149,8 @@ def bwd(dout, q, k, v, out, softmax_lse, dq=None, dk=None, dv=None, softmax_scal
     tensors = dict(q=q, k=k, v=v, out=out, dout=dout, dq=dq, dk=dk, dv=dv)
     V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
     V.check_device(**tensors, softmax_lse=softmax_lse, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
-    _require_kernel(q.dtype, q.size(-1), bool(causal), "backward", mods=bool(softcap) or alibi_slopes is not None)
+    _require_kernel(q.dtype, q.size(-1), bool(causal), "backward",
+                    mods=has_score_mods(window, softcap, alibi_slopes, causal, max_seqlen_k))
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.size(-1))
     dq = torch.empty_like(q) if dq is None else dq

@@ -144,11 +144,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         window_size = V.check_score_mods(window_size, softcap, alibi_slopes, q.size(0), q.size(2), q.device)
     check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
                   block_table, num_splits)
-    _ops._require_kernel(q.dtype, q.size(-1), causal, mods=bool(softcap) or alibi_slopes is not None)
+    capacity = block_table.size(1) * k_cache.size(1) if block_table is not None else k_cache.size(1)
+    _ops._require_kernel(q.dtype, q.size(-1), causal,
+                         mods=_ops.has_score_mods(window_size, softcap, alibi_slopes, causal, capacity))
     if softmax_scale is None:
         softmax_scale = q.size(-1) ** -0.5
     batch = q.size(0)
-    capacity = block_table.size(1) * k_cache.size(1) if block_table is not None else k_cache.size(1)
     if not isinstance(cache_seqlens, torch.Tensor):
         rows = capacity if cache_seqlens is None else cache_seqlens
         cache_seqlens = torch.full((batch,), rows, dtype=torch.int32, device=q.device)

@@ -197,7 +197,9 @@ def check_score_mods(window_size, softcap, alibi_slopes, batch, nheads, device):
         _fail(f"window_size must be a pair of ints (left, right), got {window_size!r}")
     if left < -1 or right < -1:
         _fail(f"window_size entries must be >= -1 (-1: unbounded), got {window_size!r}")
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not softcap >= 0:
+    # Under torch.compile a float saved for the backward arrives as a SymFloat.
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float, torch.SymInt, torch.SymFloat)) \
+            or not softcap >= 0:
         _fail(f"softcap must be a number >= 0 (0: off), got {softcap!r}")
     if alibi_slopes is not None:
         _check_tensor("alibi_slopes", alibi_slopes)

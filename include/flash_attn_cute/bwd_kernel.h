@@ -38,10 +38,12 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   constexpr int kSlot = Traits::kSmemQElems;
   const int tidx = threadIdx.x;
 
+  // The plain kernels see the causal / full window as a compile-time constant.
+  const Window window = Has_mods ? params.window : Window{-1, Is_causal ? 0 : -1};
   const BlockInfo binfo(params, bidb);
   if (n_block * kBlockN >= binfo.seqlen_k) return;
   const MBlockRange range =
-      bwd_m_block_range(n_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, params.window);
+      bwd_m_block_range(n_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window);
   const int group = params.heads / params.heads_k;
   const index_t n_start = index_t(n_block) * kBlockN;
   const int keys_left = binfo.seqlen_k - int(n_start);
@@ -151,7 +153,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   Tensor tdQsKt = copy_dq_B.get_thread_slice(tidx).partition_S(sKt);  // (CPY, CPY_K, CPY_N)
   Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(tile_mk));   // (MMA, MMA_M, MMA_K) -> (m, k)
 
-  const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, params.window};
+  const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
   constexpr int kRows = decltype(size<0>(tScS_rc))::value;
 
   // One query row block of query head bidh. On entry its Q and dO are in flight into `slot`;
@@ -183,7 +185,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     if constexpr (Has_mods) {
       if (params.softcap > 0.f) apply_softcap(tSrS, params.softcap);
       if (params.alibi_slopes) {
-        apply_alibi(tSrS, tScS, m_start, int(n_start), binfo.seqlen_q, binfo.seqlen_k, alibi_causal_form(params.window),
+        apply_alibi(tSrS, tScS, m_start, int(n_start), binfo.seqlen_q, binfo.seqlen_k, alibi_causal_form(window),
                     alibi_slope);
       }
     }
@@ -199,7 +201,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
       if (params.softcap > 0.f) {
         // Through the cap: dS *= 1 - tanh^2, tanh recovered from P.
         softcap_dscores(tdPrdP_rc, tSrS_rc, lse_log2, params.softmax_scale_log2, tScS_rc, m_start, int(n_start),
-                        binfo.seqlen_q, binfo.seqlen_k, alibi_causal_form(params.window), alibi_slope);
+                        binfo.seqlen_q, binfo.seqlen_k, alibi_causal_form(window), alibi_slope);
       }
     }
     Tensor rP = convert_type<Element>(tSrS);
@@ -219,9 +221,9 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
                       m_start * params.dq_accum_row_stride;
     // Deterministic order: the key blocks that visit this row block, from its first one up.
     const int dq_order =
-        semaphore == nullptr || params.window.left < 0
+        semaphore == nullptr || window.left < 0
             ? n_block
-            : n_block - fwd_n_block_range(m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, params.window)
+            : n_block - fwd_n_block_range(m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window)
                             .n_block_min;
     add_dq_tile(acc_dq, tdQcdQ, gdQaccum, int(params.dq_accum_row_stride), semaphore, dq_order);
     gemm_ss(mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, in_slot(tdKsQt, slot, kSlot), copy_dkv_A, copy_dkv_B, tidx);

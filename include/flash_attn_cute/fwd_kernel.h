@@ -34,7 +34,9 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
 
   const BlockInfo binfo(params, bidb);
   if (m_block * kBlockM >= binfo.seqlen_q) return;
-  NBlockRange range = fwd_n_block_range(m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, params.window);
+  // The plain kernels see the causal / full window as a compile-time constant.
+  const Window window = Has_mods ? params.window : Window{-1, Is_causal ? 0 : -1};
+  NBlockRange range = fwd_n_block_range(m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window);
   if constexpr (Is_split) range = split_n_block_range(range, params.num_splits, split);
   const int bidh_kv = bidh / (params.heads / params.heads_k);
   const int rows_left = binfo.seqlen_q - m_block * kBlockM;
@@ -116,7 +118,7 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
   Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (MMA, MMA_M, MMA_N)
 
   Softmax<2 * decltype(size<1>(tOrO))::value> softmax;
-  const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, params.window};
+  const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
   const float alibi_slope = Has_mods && params.alibi_slopes
                                 ? params.alibi_slopes[bidb * params.alibi_batch_stride + bidh] / params.softmax_scale
                                 : 0.f;
@@ -136,7 +138,7 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
       if (params.softcap > 0.f) apply_softcap(tSrS, params.softcap);
       if (params.alibi_slopes) {
         apply_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k,
-                    alibi_causal_form(params.window), alibi_slope);
+                    alibi_causal_form(window), alibi_slope);
       }
     }
     if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScS, int(m_start), n_block * kBlockN);

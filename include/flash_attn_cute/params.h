@@ -83,9 +83,15 @@ struct FwdParams {
   const float* alibi_slopes = nullptr;
   index_t alibi_batch_stride = 0;
 
-  // Softcap and ALiBi cost work on every score, so they run in their own kernel instantiations
-  // (kHasMods); the window costs nothing outside the masked steps and is always compiled in.
-  FLASH_PARAMS_HOST_DEVICE bool has_score_mods() const { return softcap > 0.f || alibi_slopes != nullptr; }
+  // Softcap, ALiBi and a local window (anything past causal / full) run in their own kernel
+  // instantiations (kHasMods): the plain kernels keep a compile-time mask and spend no register on
+  // them.
+  FLASH_PARAMS_HOST_DEVICE bool has_local_window() const {
+    return window.left >= 0 || (window.right >= 0 && !(is_causal && window.right == 0));
+  }
+  FLASH_PARAMS_HOST_DEVICE bool has_score_mods() const {
+    return softcap > 0.f || alibi_slopes != nullptr || has_local_window();
+  }
 
   bool is_causal = false;
   DType dtype = DType::kBFloat16;
