@@ -24,6 +24,7 @@ __global__ void __launch_bounds__(RowWalk::kThreads) split_combine_kernel(__grid
   const index_t row = binfo.lse_offset(params, bidb, bidh) + walk.row;
   float const* lse_of_split = params.lseaccum_ptr + row;  // split s at [s * split_stride]
   SplitCombine combine;
+#pragma unroll 8
   for (int s = 0; s < params.num_splits; ++s) combine.add_lse(lse_of_split[s * params.split_stride]);
   if (walk.lane == 0) params.softmax_lse_ptr[row] = combine.lse();
 
@@ -33,9 +34,11 @@ __global__ void __launch_bounds__(RowWalk::kThreads) split_combine_kernel(__grid
        col += RowWalk::kThreadsPerRow * RowWalk::kElemsPerVector) {
     AlignedVector<float> acc;
     acc.fill(0.f);
+    // No branch on the loaded values, so the loads of many splits are in flight at once: an empty
+    // split has weight 0 and wrote O = 0 (write_o_partial writes every split's rows).
+#pragma unroll 4
     for (int s = 0; s < params.num_splits; ++s) {
       const float weight = combine.weight(lse_of_split[s * params.split_stride]);
-      if (weight == 0.f) continue;  // an empty split (its O was never written)
       const AlignedVector<float> part = *reinterpret_cast<AlignedVector<float> const*>(
           params.oaccum_ptr + (s * params.split_stride + row) * kHeadDim + col);
 #pragma unroll
