@@ -21,11 +21,8 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
   check_fwd_built(p, mods, causal, q);
 
   c10::cuda::CUDAGuard device_guard(q.device());
-  const std::vector<int64_t> lse_sizes = lse_shape(p);
-  at::Tensor q_rows = q, out_rows = out;
-  const Problem unpacked = p;
-  const bool packed = pack_gqa_rows(p, q_rows, out_rows, mods);
-  at::Tensor lse = at::empty(lse_shape(p), q.options().dtype(at::kFloat));
+  FwdRows rows = forward_rows(p, q, out, mods);
+  at::Tensor& lse = rows.lse;
   // Varlen rows past cu_seqlens[-1] belong to no sequence and the kernel never visits them: they get
   // out = 0 and LSE = +inf, like rows that see no key. Without a host read of cu_seqlens, every row
   // is set first.
@@ -33,17 +30,18 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
     out.zero_();
     lse.fill_(INFINITY);
   }
-  if (p.batch == 0 || p.seqlen_q == 0 || p.heads == 0) return lse.view(lse_sizes);
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads == 0) return lse.view(rows.lse_sizes);
 
   FwdParams params;
-  fill_params(params, p, q_rows, k, v, out_rows, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal && !packed);
-  set_score_mods(params, unpacked, mods, causal && !packed, q);
+  fill_params(params, p, rows.q, k, v, rows.out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale,
+              causal && !rows.packed);
+  set_score_mods(params, rows.unpacked, mods, causal && !rows.packed, q);
   set_seqused_k(params, p, seqused_k, q);
   // Split-KV where the grid alone would leave SMs idle (few query row blocks, many key blocks).
   const std::vector<at::Tensor> split_buffers = choose_splits(params, p, lse, 0);
   const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(err == cudaSuccess, "flash_attn_cute: forward kernel launch failed: ", cudaGetErrorString(err));
-  return lse.view(lse_sizes);
+  return lse.view(rows.lse_sizes);
 }
 
 }  // namespace flash_attn_cute

@@ -132,6 +132,13 @@ std::vector<at::Tensor> choose_splits(FwdParams& params, Problem const& p, at::T
   return {lseaccum, oaccum};
 }
 
+FwdRows forward_rows(Problem& p, at::Tensor const& q, at::Tensor const& out, ScoreMods const& mods) {
+  FwdRows rows{p, false, q, out, {}, lse_shape(p)};
+  rows.packed = pack_gqa_rows(p, rows.q, rows.out, mods);
+  rows.lse = at::empty(lse_shape(p), q.options().dtype(at::kFloat));
+  return rows;
+}
+
 bool pack_gqa_rows(Problem& p, at::Tensor& q, at::Tensor& out, ScoreMods const& mods) {
   if (p.varlen || p.seqlen_q != 1 || p.heads == p.heads_k) return false;
   if (mods.window_left >= 0 || mods.window_right >= 0 || mods.alibi_slopes) return false;

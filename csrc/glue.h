@@ -72,6 +72,17 @@ void set_seqused_k(FwdParams& params, Problem const& p, std::optional<at::Tensor
 // softmax_lse's shape for a problem.
 std::vector<int64_t> lse_shape(Problem const& p);
 
+// The forward's rows: q and out as the kernels see them (GQA decode rows packed, see pack_gqa_rows),
+// the problem before packing (for the score mods) and softmax_lse, allocated in the packed shape and
+// returned to the caller as lse.view(lse_sizes).
+struct FwdRows {
+  Problem unpacked;
+  bool packed;
+  at::Tensor q, out, lse;
+  std::vector<int64_t> lse_sizes;
+};
+FwdRows forward_rows(Problem& p, at::Tensor const& q, at::Tensor const& out, ScoreMods const& mods);
+
 // Sets params.num_splits for the split-KV forward: `requested` > 0 asks for that many (at most
 // one per key block), 0 lets num_splits_heuristic decide. Allocates the partial outputs the split
 // kernel writes when there is more than one split; keep the returned tensors until the launch.

@@ -124,17 +124,13 @@ at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tenso
   check_fwd_built(p, mods, causal, q);
 
   c10::cuda::CUDAGuard device_guard(q.device());
-  const std::vector<int64_t> lse_sizes = lse_shape(p);
-  at::Tensor q_rows = q, out_rows = out;
-  const Problem unpacked = p;
-  const bool packed = pack_gqa_rows(p, q_rows, out_rows, mods);
-  at::Tensor lse = at::empty(lse_shape(p), q.options().dtype(at::kFloat));
-  if (p.batch == 0 || p.seqlen_q == 0 || p.heads == 0) return lse.view(lse_sizes);
+  FwdRows rows = forward_rows(p, q, out, mods);
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads == 0) return rows.lse.view(rows.lse_sizes);
 
   FwdParams params;
-  fill_params(params, p, q_rows, k_cache, v_cache, out_rows, lse, std::nullopt, std::nullopt, softmax_scale,
-              causal && !packed);
-  set_score_mods(params, unpacked, mods, causal && !packed, q);
+  fill_params(params, p, rows.q, k_cache, v_cache, rows.out, rows.lse, std::nullopt, std::nullopt, softmax_scale,
+              causal && !rows.packed);
+  set_score_mods(params, rows.unpacked, mods, causal && !rows.packed, q);
   params.seqused_k = int_ptr(seqused_k, q, p.batch, 1, "cache_seqlens");
   params.leftpad_k = int_ptr(leftpad_k, q, p.batch, 1, "cache_leftpad");
   params.kv_batch_idx = int_ptr(kv_batch_idx, q, p.batch, 1, "cache_batch_idx");
@@ -149,10 +145,10 @@ at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tenso
     params.page_size = int(k_cache.size(1));
   }
   TORCH_CHECK(num_splits >= 0, "flash_attn_cute: num_splits must be >= 0");
-  const std::vector<at::Tensor> split_buffers = choose_splits(params, p, lse, num_splits);
+  const std::vector<at::Tensor> split_buffers = choose_splits(params, p, rows.lse, num_splits);
   const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(err == cudaSuccess, "flash_attn_cute: forward kernel launch failed: ", cudaGetErrorString(err));
-  return lse.view(lse_sizes);
+  return rows.lse.view(rows.lse_sizes);
 }
 
 }  // namespace flash_attn_cute
