@@ -357,3 +357,14 @@ def test_bwd_valid_inputs_reach_device_check():
     raises(r"softmax_lse .* shape \(6, 10\)", lambda: fac.bwd(t(T, 6, D), q, k, v, t(T, 6, D), t(1, 6, T, dtype=F32),
                                                              cu_seqlens_q=CU, cu_seqlens_k=CU, max_seqlen_q=7,
                                                              max_seqlen_k=7))
+
+
+@pytest.mark.parametrize("window, causal, softcap, alibi, want", [
+    ((-1, -1), False, 0.0, False, False), ((-1, -1), True, 0.0, False, False), ((-1, 0), True, 0.0, False, False),
+    ((100, 0), True, 0.0, False, True), ((-1, 0), False, 0.0, False, True), ((500, 500), False, 0.0, False, False),
+    ((-1, -1), False, 30.0, False, True), ((-1, -1), True, 0.0, True, True)])
+def test_score_mod_kernel_choice(window, causal, softcap, alibi, want):
+    """Calls that need the softcap / ALiBi / local-window kernels (a side as long as the keys is no window)."""
+    from flash_attn_cute._ops import has_score_mods
+    slopes = torch.ones(H, dtype=F32) if alibi else None
+    assert has_score_mods(window, softcap, slopes, causal, seqlen_k=500) is want

@@ -729,6 +729,26 @@ void test_block_info() {
     CHECK_EQ(BlockInfo(p, 4).k_batch, 0, "paged: pages are found by the kernel, k_batch 0");
   }
   {
+    // Which instantiation a call needs: causal and full windows stay in the plain kernels.
+    FwdParams p;
+    CHECK(!p.has_score_mods(), "defaults: plain kernel");
+    p.is_causal = true;
+    p.window = {-1, 0};
+    CHECK(!p.has_score_mods(), "causal: plain kernel");
+    p.window = {128, 0};
+    CHECK(p.has_score_mods(), "causal + left window: score-mod kernel");
+    p.is_causal = false;
+    p.window = {-1, 0};
+    CHECK(p.has_score_mods(), "window (-1, 0) without causal: score-mod kernel");
+    p.window = {};
+    p.softcap = 0.1f;
+    CHECK(p.has_score_mods(), "softcap: score-mod kernel");
+    p.softcap = 0.f;
+    const float slopes[] = {0.5f};
+    p.alibi_slopes = slopes;
+    CHECK(p.has_score_mods(), "ALiBi: score-mod kernel");
+  }
+  {
     // Paged rows: 2 sequences of 3 pages of 16 rows (table row stride 3), 7 pages in the cache.
     const int table[] = {4, 0, 6, 1, 9, -2};
     FwdParams p;
