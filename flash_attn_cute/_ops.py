@@ -28,12 +28,16 @@ BUILT_FWD_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _
 BUILT_BWD_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _C.built_bwd_kernels())
 
 
-def has_score_mods(window_size, softcap, alibi_slopes, causal, seqlen_k):
-    """Whether the call needs the score-mod kernels: softcap, ALiBi, or a window side shorter than
-    the keys beyond causal (csrc/glue.cpp set_score_mods, params.h has_score_mods)."""
+def is_local(window_size, causal, seqlen_k):
+    """A window side shorter than the keys, beyond causal (csrc/glue.cpp effective_window, params.h
+    has_local_window)."""
     left, right = window_size
-    local = 0 <= left < seqlen_k or (0 <= right < seqlen_k and not causal)
-    return bool(softcap) or alibi_slopes is not None or local
+    return 0 <= left < seqlen_k or (0 <= right < seqlen_k and not causal)
+
+
+def has_score_mods(window_size, softcap, alibi_slopes, causal, seqlen_k):
+    """Whether the call needs the score-mod kernels: softcap, ALiBi or a local window."""
+    return bool(softcap) or alibi_slopes is not None or is_local(window_size, causal, seqlen_k)
 
 
 def _require_kernel(dtype, head_dim, causal, pass_="forward", mods=False):

@@ -163,10 +163,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         if cos is not None:
             # q's rows sit after the cache's keys: at their own positions when causal or local (a window
             # side shorter than the cache), else all at the first (flash-attn 2.x).
-            local = any(0 <= side < capacity for side in window_size)
+            per_row = bool(causal) or _ops.is_local(window_size, causal, capacity)
             q_rotated = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-            ops.rotary_copy(q, q_rotated, None, None, None, cos, sin, cache_seqlens, rotary_interleaved,
-                            bool(causal) or local)
+            ops.rotary_copy(q, q_rotated, None, None, None, cos, sin, cache_seqlens, rotary_interleaved, per_row)
             q = q_rotated
         seqused_k = cache_seqlens + k.size(1)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)

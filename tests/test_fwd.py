@@ -38,9 +38,10 @@ def _assert_lse_close(lse, lse_ref):
     torch.testing.assert_close(lse[finite], lse_ref[finite], atol=1e-3, rtol=1e-4)
 
 
-def _check(q, k, v, causal, out, lse, scale=None):
-    ref, lse_ref = attention_ref(q, k, v, causal=causal, softmax_scale=scale)
-    ref_lowp, _ = attention_ref(q, k, v, causal=causal, softmax_scale=scale, upcast=False, reorder_ops=True)
+def _check(q, k, v, causal, out, lse, scale=None, **mods):
+    """out and lse against the reference; mods: window_size / softcap / alibi_slopes."""
+    ref, lse_ref = attention_ref(q, k, v, causal=causal, softmax_scale=scale, **mods)
+    ref_lowp, _ = attention_ref(q, k, v, causal=causal, softmax_scale=scale, upcast=False, reorder_ops=True, **mods)
     _assert_close_rule(out, ref, ref_lowp)
     _assert_lse_close(lse, lse_ref)
 

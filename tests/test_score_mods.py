@@ -10,7 +10,7 @@ import torch
 import flash_attn_cute as fac
 from flash_attn_cute.reference import attention_ref, attention_varlen_ref
 from test_bwd import _check_grads, _grads_of, _varlen_case
-from test_fwd import _assert_close_rule, _assert_lse_close, _randn
+from test_fwd import _assert_close_rule, _assert_lse_close, _check, _randn
 
 pytestmark = pytest.mark.cuda
 
@@ -30,13 +30,6 @@ def _mods_case(window, causal, softcap, alibi, batch, nheads):
                 alibi_slopes=_slopes(batch, nheads, alibi == "per_batch") if alibi else None)
 
 
-def _check_fwd(q, k, v, out, lse, **mods):
-    ref, lse_ref = attention_ref(q, k, v, **mods)
-    ref_lowp, _ = attention_ref(q, k, v, upcast=False, reorder_ops=True, **mods)
-    _assert_close_rule(out, ref, ref_lowp)
-    _assert_lse_close(lse, lse_ref)
-
-
 @pytest.mark.parametrize("window, causal", WINDOWS, ids=[f"{w}{'-causal' if c else ''}" for w, c in WINDOWS])
 @pytest.mark.parametrize("seqlens", [(128, 128), (113, 203), (300, 97), (1, 512), (1024, 1023)], ids=str)
 @pytest.mark.parametrize("head_dim", [64, 128])
@@ -47,7 +40,7 @@ def test_window_fwd_bwd(window, causal, seqlens, head_dim):
     k = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=BF16)
     v = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=BF16)
     out, lse, _ = fac.flash_attn_func(q, k, v, causal=causal, window_size=window, return_attn_probs=True)
-    _check_fwd(q, k, v, out, lse, causal=causal, window_size=window)
+    _check(q, k, v, causal, out, lse, window_size=window)
     dout = _randn(*q.shape, dtype=BF16)
     fn = lambda q, k, v: fac.flash_attn_func(q, k, v, causal=causal, window_size=window)  # noqa: E731
     ref = lambda q, k, v, **kw: attention_ref(q, k, v, causal=causal, window_size=window, **kw)[0]  # noqa: E731
@@ -71,7 +64,7 @@ def test_softcap_alibi_fwd_bwd(dtype, softcap, alibi, window, causal, heads):
     v = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype)
     mods = _mods_case(window, causal, softcap, alibi, batch, nheads)
     out, lse, _ = fac.flash_attn_func(q, k, v, return_attn_probs=True, **mods)
-    _check_fwd(q, k, v, out, lse, **mods)
+    _check(q, k, v, out=out, lse=lse, **mods)
     dout = _randn(*q.shape, dtype=dtype)
     fn = lambda q, k, v: fac.flash_attn_func(q, k, v, **mods)  # noqa: E731
     ref = lambda q, k, v, **kw: attention_ref(q, k, v, **mods, **kw)[0]  # noqa: E731
@@ -149,10 +142,7 @@ def test_kvcache_score_mods(mods, page_size, seqlen_q):
         keys = cache.dense(cache.k, b, b)[: lens[b]].unsqueeze(0)
         values = cache.dense(cache.v, b, b)[: lens[b]].unsqueeze(0)
         kw_b = dict(kw, alibi_slopes=kw["alibi_slopes"][b:b + 1]) if "alibi_slopes" in kw else kw
-        ref, lse_ref = attention_ref(q[b:b + 1], keys, values, **kw_b)
-        ref_lowp, _ = attention_ref(q[b:b + 1], keys, values, upcast=False, reorder_ops=True, **kw_b)
-        _assert_close_rule(out[b:b + 1], ref, ref_lowp)
-        _assert_lse_close(lse[b:b + 1], lse_ref)
+        _check(q[b:b + 1], keys, values, out=out[b:b + 1], lse=lse[b:b + 1], **kw_b)
     assert not math.isnan(out.float().sum().item())
 
 
