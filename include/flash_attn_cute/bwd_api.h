@@ -9,15 +9,14 @@
 namespace flash_attn_cute {
 
 // Defined in the generated instantiation files (csrc/generated/), one per combination.
-template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, bool kHasMods>
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream);
 
 // Runs the backward on params.dtype / params.head_dim / params.is_causal. Returns
 // cudaErrorNotSupported when that combination was left out of this build.
 cudaError_t run_bwd_dispatch(BwdParams const& params, cudaStream_t stream);
 
-// Whether this build holds a backward kernel for the dtype and (kernel) head dim, with softcap /
-// ALiBi (has_mods) or without.
-bool bwd_is_built(DType dtype, int kernel_head_dim, bool has_mods);
+// Whether this build holds a backward kernel for the dtype, (kernel) head dim and variant.
+bool bwd_is_built(DType dtype, int kernel_head_dim, Variant variant);
 
 }  // namespace flash_attn_cute

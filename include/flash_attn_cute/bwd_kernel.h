@@ -4,6 +4,7 @@
 //   S = Q K^T, P = exp2(S * scale * log2(e) - LSE * log2(e))   (recomputed from the forward's LSE)
 //   dP = dO V^T, dS = P * (dP - D)                              (D = rowsum(dO * O), preprocessed)
 //   dV += P^T dO, dK += dS^T Q,  dQaccum += dS K                (fp32 atomics)
+// (with dropout, P and dP are masked and scaled first: see bwd_step).
 // Q and dO are double-buffered: the next row block loads during this one. The causal diagonal and
 // a key block past seqlen_k run the masked step; the rest run mask-free, with the same body.
 #pragma once
@@ -13,6 +14,7 @@
 #include "block_info.h"
 #include "bwd_epilogue.h"
 #include "bwd_kernel_traits.h"
+#include "dropout.h"
 #include "mask.h"
 #include "params.h"
 #include "softmax.h"
@@ -28,9 +30,11 @@ __device__ __forceinline__ auto in_slot(TensorT const& t, int slot, int slot_ele
   return make_tensor(t.data() + slot * slot_elems, t.layout());
 }
 
-template <class Traits, bool Is_causal, bool Is_even_K, bool Has_mods>
+template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant>
 __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* smem, int n_block, int bidb,
                                               int bidh_kv) {
+  constexpr bool Has_mods = kVariant != Variant::kPlain;
+  constexpr bool Is_dropout = kVariant == Variant::kDropout;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -155,6 +159,10 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
 
   const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
   constexpr int kRows = decltype(size<0>(tScS_rc))::value;
+  // Dropout: the forward's mask, redrawn from its rng_state; one bit per S entry of this thread.
+  [[maybe_unused]] DropoutRng dropout_rng(0, 0, 0);
+  if constexpr (Is_dropout) dropout_rng = make_dropout_rng(params.dropout);
+  constexpr int kKeepWords = (decltype(size(tScS))::value + 31) / 32;
 
   // One query row block of query head bidh. On entry its Q and dO are in flight into `slot`;
   // the next row block (if any) starts loading into the other slot.
@@ -192,9 +200,15 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScS, m_start, int(n_start));
     Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
     probs_from_lse(tSrS_rc, lse_log2, params.softmax_scale_log2);
+    [[maybe_unused]] uint32_t keep_bits[kKeepWords];
+    if constexpr (Is_dropout) {
+      dropout_keep_bits(keep_bits, dropout_rng, tScS, uint32_t(bidb * params.heads + bidh), m_start, int(n_start));
+    }
     Tensor tdPrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
     clear(tdPrdP);
     gemm_ss(mma_sdp, tdPrdP, tdPrdO, tdPrV, in_slot(tdPsdO, slot, kSlot), tdPsV, copy_sdp_A, copy_sdp_B, tidx);
+    // With dropout, O = (P * Z) V with Z = keep / (1 - p): dS = P * (Z * dP - D), dV += (P * Z)^T dO.
+    if constexpr (Is_dropout) scale_kept(tdPrdP, keep_bits, params.dropout.rp);
     Tensor tdPrdP_rc = make_tensor(tdPrdP.data(), acc_layout_rowcol(tdPrdP.layout()));  // (rows, cols)
     dscores(tdPrdP_rc, tSrS_rc, dsum);
     if constexpr (Has_mods) {
@@ -204,6 +218,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
                         binfo.seqlen_q, binfo.seqlen_k, alibi_causal_form(window), alibi_slope);
       }
     }
+    if constexpr (Is_dropout) scale_kept(tSrS, keep_bits, params.dropout.rp);
     Tensor rP = convert_type<Element>(tSrS);
     Tensor rdS = convert_type<Element>(tdPrdP);
     copy(copy_pds, copy_pds.get_thread_slice(tidx).retile_S(rP), tPsP);
@@ -278,13 +293,13 @@ FLASH_HOST_DEVICE constexpr bool bwd_grid_key_block_major(bool is_causal, bool d
   return is_causal || deterministic;
 }
 
-template <class Traits, bool Is_causal, bool Is_even_K, bool Has_mods>
+template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_kernel(__grid_constant__ const BwdParams params) {
   extern __shared__ __align__(128) char smem[];
   const bool key_block_major = bwd_grid_key_block_major(Is_causal, params.deterministic);
   const int n_block = key_block_major ? blockIdx.z : blockIdx.x;
   const int bidh_kv = key_block_major ? blockIdx.x : blockIdx.z;
-  bwd_col_block<Traits, Is_causal, Is_even_K, Has_mods>(params, smem, n_block, blockIdx.y, bidh_kv);
+  bwd_col_block<Traits, Is_causal, Is_even_K, kVariant>(params, smem, n_block, blockIdx.y, bidh_kv);
 }
 
 }  // namespace flash_attn_cute

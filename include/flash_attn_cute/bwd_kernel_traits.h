@@ -31,7 +31,14 @@ struct BwdKernelTraits {
   template <int kWarpsM>
   using WarpTiledMma = TiledMMA<MmaAtom, Layout<Shape<Int<kWarpsM>, Int<kNWarps / kWarpsM>, _1>>,
                                 Tile<Int<16 * kWarpsM>, Int<16 * kNWarps / kWarpsM>, _16>>;
-  using TiledMmaSdP = WarpTiledMma<kTile.atom_m_sdp>;  // (kBlockM, kBlockN) = Q K^T, dO V^T
+  // S and dP: each warp owns 32 whole key columns (its atoms' columns permuted together), the
+  // 16 x 32 chunk of one lane that dropout draws at once (dropout.h). Warp w of the N mode holds
+  // columns [32 w, 32 w + 32) of every 32 * warps_n.
+  static constexpr int kWarpsNSdP = kNWarps / kTile.atom_m_sdp;
+  static_assert(kBlockN % (32 * kWarpsNSdP) == 0);
+  using TiledMmaSdP = TiledMMA<MmaAtom, Layout<Shape<Int<kTile.atom_m_sdp>, Int<kWarpsNSdP>, _1>>,
+                               Tile<Int<16 * kTile.atom_m_sdp>,
+                                    Layout<Shape<_8, Int<kWarpsNSdP>, _4>, Stride<_1, _32, _8>>, _16>>;  // Q K^T, dO V^T
   using TiledMmadKV = WarpTiledMma<kTile.atom_n_dkv>;  // (kBlockN, kHeadDim) = P^T dO, dS^T Q
   using TiledMmadQ = WarpTiledMma<kTile.atom_m_dq>;    // (kBlockM, kHeadDim) = dS K
 

@@ -13,14 +13,14 @@
 
 namespace flash_attn_cute {
 
-template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, bool kHasMods>
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream) {
   using Element = typename ElementOf<kDType>::type;
   using Traits = BwdKernelTraits<kHeadDim, Element>;
   cudaError_t err = run_row_kernel(bwd_dot_do_o_kernel<Element>, params, stream);
   if (err != cudaSuccess) return err;
 
-  auto kernel = flash_bwd_kernel<Traits, kIsCausal, kIsEvenK, kHasMods>;
+  auto kernel = flash_bwd_kernel<Traits, kIsCausal, kIsEvenK, kVariant>;
   constexpr int kSmemBytes = Traits::kSmemBytes;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (err != cudaSuccess) return err;

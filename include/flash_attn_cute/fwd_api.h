@@ -10,16 +10,15 @@
 namespace flash_attn_cute {
 
 // Defined in the generated instantiation files (csrc/generated/), one per combination.
-// kIsEvenK: params.head_dim == kHeadDim (no column predicates); kHasMods: params.has_score_mods().
-template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, bool kHasMods>
+// kIsEvenK: params.head_dim == kHeadDim (no column predicates); kVariant: params.variant().
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_fwd(FwdParams const& params, cudaStream_t stream);
 
 // Runs the forward on params.dtype / params.head_dim / params.is_causal. Returns
 // cudaErrorNotSupported when that combination was left out of this build.
 cudaError_t run_fwd_dispatch(FwdParams const& params, cudaStream_t stream);
 
-// Whether this build holds a kernel for the dtype and (kernel) head dim, with softcap / ALiBi
-// (has_mods) or without.
-bool fwd_is_built(DType dtype, int kernel_head_dim, bool has_mods);
+// Whether this build holds a kernel for the dtype, (kernel) head dim and variant.
+bool fwd_is_built(DType dtype, int kernel_head_dim, Variant variant);
 
 }  // namespace flash_attn_cute

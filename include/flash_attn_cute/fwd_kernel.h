@@ -7,6 +7,7 @@
 #include <cute/tensor.hpp>
 
 #include "block_info.h"
+#include "dropout.h"
 #include "fwd_epilogue.h"
 #include "kernel_traits.h"
 #include "mask.h"
@@ -19,13 +20,16 @@ namespace flash_attn_cute {
 
 using namespace cute;
 
-// Is_even_K: head_dim == kHeadDim, so no column predicates. Has_mods: softcap / ALiBi (params.h).
-// Is_split: the split-KV kernel. It runs
+// Is_even_K: head_dim == kHeadDim, so no column predicates. kVariant: plain, score mods (softcap,
+// ALiBi, local windows) or dropout (params.h). Is_split: the split-KV kernel. It runs
 // split `split` of params.num_splits and writes a partial (O, LSE) for the combine kernel
 // (split_kv.h), or O and LSE themselves when num_splits is 1; it also reads paged K / V.
-template <class Traits, bool Is_causal, bool Is_even_K, bool Is_split, bool Has_mods>
+template <class Traits, bool Is_causal, bool Is_even_K, bool Is_split, Variant kVariant>
 __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* smem, int m_block, int bidb,
                                               int bidh, int split) {
+  constexpr bool Has_mods = kVariant != Variant::kPlain;
+  constexpr bool Is_dropout = kVariant == Variant::kDropout;
+  static_assert(!(Is_dropout && Is_split), "the split-KV kernel has no dropout");
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -123,6 +127,9 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
                                 ? params.alibi_slopes[bidb * params.alibi_batch_stride + bidh] / params.softmax_scale
                                 : 0.f;
   Tensor tOrO_rc = make_tensor(tOrO.data(), acc_layout_rowcol(tOrO.layout()));  // (rows, head_dim cols)
+  [[maybe_unused]] DropoutRng dropout_rng(0, 0, 0);
+  if constexpr (Is_dropout) dropout_rng = make_dropout_rng(params.dropout);
+  [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
 
   // One key block: S = Q K^T, mask, online softmax, O += P V. On entry K(n_block) is in flight;
   // on exit K(n_block - 1) is, if it exists.
@@ -156,6 +163,7 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
       softmax.template softmax_rescale_o<false, kCheckInf>(tSrS_rc, tOrO_rc, params.softmax_scale_log2);
     }
     Tensor rP = convert_type<Element>(tSrS);
+    if constexpr (Is_dropout) zero_dropped(rP, dropout_rng, tScS, bh, int(m_start), n_block * kBlockN);
     Tensor tOrP = make_tensor(rP.data(), acc_layout_as_A(rP.layout()));  // (MMA, MMA_M, MMA_K)
     gemm_rs(tiled_mma, tOrO, tOrP, tOrVt, tOsVt, smem_tiled_copy_V, tidx);
   };
@@ -176,7 +184,7 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
     }
   }
   // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
-  auto lse = softmax.finalize(tOrO_rc, params.softmax_scale);
+  auto lse = softmax.finalize(tOrO_rc, params.softmax_scale, Is_dropout ? params.dropout.rp : 1.f);
   if (Is_split && params.num_splits > 1) {
     const index_t row0 = split * params.split_stride + binfo.lse_offset(params, bidb, bidh) + m_start;
     write_o_partial<Traits>(tOrO, lse, params.oaccum_ptr + row0 * kHeadDim, params.lseaccum_ptr + row0, rows_left,
@@ -187,16 +195,24 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
 }
 
 // grid: (query row blocks [x num_splits, splits slowest], batch, heads).
-template <class Traits, bool Is_causal, bool Is_even_K, bool Is_split, bool Has_mods>
+template <class Traits, bool Is_causal, bool Is_even_K, bool Is_split, Variant kVariant>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_fwd_kernel(__grid_constant__ const FwdParams params) {
   extern __shared__ __align__(128) char smem[];
+  if constexpr (kVariant == Variant::kDropout) {
+    // The (seed, offset) this call drew, for the backward (a CUDA graph replay draws new ones).
+    if (params.dropout.rng_state && threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
+      const SeedOffset so = dropout_seed_offset(params.dropout);
+      params.dropout.rng_state[0] = int64_t(so.seed);
+      params.dropout.rng_state[1] = int64_t(so.offset);
+    }
+  }
   const int m_blocks = Is_split ? int(gridDim.x) / params.num_splits : int(gridDim.x);
   const int split = Is_split ? int(blockIdx.x) / m_blocks : 0;
   const int m_idx = Is_split ? int(blockIdx.x) % m_blocks : int(blockIdx.x);
   // Causal row blocks near the end of the sequence see the most keys: start them first so the
   // short ones fill the tail of the grid.
   const int m_block = Is_causal ? m_blocks - 1 - m_idx : m_idx;
-  fwd_row_block<Traits, Is_causal, Is_even_K, Is_split, Has_mods>(params, smem, m_block, blockIdx.y, blockIdx.z,
+  fwd_row_block<Traits, Is_causal, Is_even_K, Is_split, kVariant>(params, smem, m_block, blockIdx.y, blockIdx.z,
                                                                   split);
 }
 

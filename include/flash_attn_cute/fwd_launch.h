@@ -22,9 +22,9 @@ struct ElementOf<DType::kBFloat16> {
 };
 
 // One launch of the forward kernel, whole (Is_split false) or split-KV.
-template <class Traits, bool kIsCausal, bool kIsEvenK, bool kIsSplit, bool kHasMods>
+template <class Traits, bool kIsCausal, bool kIsEvenK, bool kIsSplit, Variant kVariant>
 cudaError_t launch_fwd_kernel(FwdParams const& params, cudaStream_t stream) {
-  auto kernel = flash_fwd_kernel<Traits, kIsCausal, kIsEvenK, kIsSplit, kHasMods>;
+  auto kernel = flash_fwd_kernel<Traits, kIsCausal, kIsEvenK, kIsSplit, kVariant>;
   constexpr int kSmemBytes = Traits::kSmemBytes;
   if (kSmemBytes >= 48 * 1024) {
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
@@ -38,17 +38,22 @@ cudaError_t launch_fwd_kernel(FwdParams const& params, cudaStream_t stream) {
 
 // The split-KV kernel where params.uses_split_kernel(), then the combine when num_splits > 1
 // (params.oaccum_ptr / lseaccum_ptr hold num_splits * split_stride rows, allocated by the caller).
-template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, bool kHasMods>
+// Dropout (training) never takes the split-KV kernel: its instantiations have none.
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_fwd(FwdParams const& params, cudaStream_t stream) {
   using Element = typename ElementOf<kDType>::type;
   if (!params.uses_split_kernel()) {
-    using Traits = FwdKernelTraits<kHeadDim, kIsCausal, Element>;
-    return launch_fwd_kernel<Traits, kIsCausal, kIsEvenK, false, kHasMods>(params, stream);
+    using Traits = FwdKernelTraits<kHeadDim, kIsCausal, Element, false, kVariant != Variant::kPlain>;
+    return launch_fwd_kernel<Traits, kIsCausal, kIsEvenK, false, kVariant>(params, stream);
   }
-  using SplitTraits = FwdKernelTraits<kHeadDim, kIsCausal, Element, true>;
-  const cudaError_t err = launch_fwd_kernel<SplitTraits, kIsCausal, kIsEvenK, true, kHasMods>(params, stream);
-  if (err != cudaSuccess || params.num_splits <= 1) return err;
-  return run_row_kernel(split_combine_kernel<Element, kHeadDim>, params, stream);
+  if constexpr (kVariant == Variant::kDropout) {
+    return cudaErrorNotSupported;
+  } else {
+    using SplitTraits = FwdKernelTraits<kHeadDim, kIsCausal, Element, true>;
+    const cudaError_t err = launch_fwd_kernel<SplitTraits, kIsCausal, kIsEvenK, true, kVariant>(params, stream);
+    if (err != cudaSuccess || params.num_splits <= 1) return err;
+    return run_row_kernel(split_combine_kernel<Element, kHeadDim>, params, stream);
+  }
 }
 
 }  // namespace flash_attn_cute

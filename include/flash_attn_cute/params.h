@@ -34,6 +34,30 @@ struct TensorView {
   index_t head_stride = 0;
 };
 
+// Dropout of the attention probabilities (dropout.h): off when p == 0. The RNG stream is (seed,
+// offset), read from *seed_ptr and *offset_ptr + offset_extra when seed_ptr is set (torch's
+// generator inside a CUDA graph capture; the backward reading the forward's rng_state).
+struct DropoutParams {
+  float p = 0.f;   // the probability of dropping an entry
+  float rp = 1.f;  // 1 / (1 - p): the scale of the kept entries
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+  const int64_t* seed_ptr = nullptr;
+  const int64_t* offset_ptr = nullptr;
+  uint64_t offset_extra = 0;
+  int64_t* rng_state = nullptr;  // the forward writes the (seed, offset) it used here (int64 x 2)
+};
+
+// Whether a window hides keys beyond what causal (or full attention) does.
+FLASH_PARAMS_HOST_DEVICE inline bool has_local_window(Window window, bool is_causal) {
+  return window.left >= 0 || (window.right >= 0 && !(is_causal && window.right == 0));
+}
+
+// The kernel instantiations of one (dtype, head dim, causal, even K): plain (causal / full mask
+// at compile time), score mods (softcap, ALiBi, local windows at run time) and dropout (dropout
+// plus all the score mods at run time).
+enum class Variant : int { kPlain = 0, kScoreMods = 1, kDropout = 2 };
+
 struct FwdParams {
   TensorView q, k, v, o;
 
@@ -84,13 +108,18 @@ struct FwdParams {
   index_t alibi_batch_stride = 0;
 
   // Softcap, ALiBi and a local window (anything past causal / full) run in their own kernel
-  // instantiations (kHasMods): the plain kernels keep a compile-time mask and spend no register on
-  // them.
-  FLASH_PARAMS_HOST_DEVICE bool has_local_window() const {
-    return window.left >= 0 || (window.right >= 0 && !(is_causal && window.right == 0));
-  }
+  // instantiations (Variant::kScoreMods): the plain kernels keep a compile-time mask and spend no
+  // register on them.
+  FLASH_PARAMS_HOST_DEVICE bool has_local_window() const { return flash_attn_cute::has_local_window(window, is_causal); }
   FLASH_PARAMS_HOST_DEVICE bool has_score_mods() const {
     return softcap > 0.f || alibi_slopes != nullptr || has_local_window();
+  }
+
+  DropoutParams dropout;
+
+  // The instantiation a call needs.
+  FLASH_PARAMS_HOST_DEVICE Variant variant() const {
+    return dropout.p > 0.f ? Variant::kDropout : has_score_mods() ? Variant::kScoreMods : Variant::kPlain;
   }
 
   bool is_causal = false;

@@ -68,16 +68,17 @@ struct Softmax {
     }
   }
 
-  // Normalises O by the row sums and returns each row's natural-log LSE. Rows that saw no visible
-  // key (sum 0) keep O = 0 and get LSE = +inf, flash-attn's convention.
+  // Normalises O by the row sums (times o_scale: dropout's 1 / (1 - p)) and returns each row's
+  // natural-log LSE. Rows that saw no visible key (sum 0) keep O = 0 and get LSE = +inf,
+  // flash-attn's convention.
   template <class TensorO>
-  __device__ __forceinline__ RowTensor finalize(TensorO& tOrO_rc, float softmax_scale) {
+  __device__ __forceinline__ RowTensor finalize(TensorO& tOrO_rc, float softmax_scale, float o_scale = 1.f) {
     RowTensor lse;
 #pragma unroll
     for (int mi = 0; mi < kNRows; ++mi) {
       const float sum = quad_allreduce(row_sum(mi), SumOp{});
       const bool empty = sum == 0.f || sum != sum;
-      const float inv_sum = empty ? 1.f : 1.f / sum;
+      const float inv_sum = empty ? 1.f : o_scale / sum;
       lse(mi) = empty ? INFINITY : row_max(mi) * softmax_scale + __logf(sum);
 #pragma unroll
       for (int di = 0; di < size<1>(tOrO_rc); ++di) tOrO_rc(mi, di) *= inv_sum;

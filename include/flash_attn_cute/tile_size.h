@@ -22,12 +22,15 @@ constexpr int fwd_kernel_head_dim(int head_dim) {
   return 0;  // too large: no kernel
 }
 
-constexpr FwdTileShape fwd_tile_shape(int kernel_head_dim, bool is_causal) {
+// work_per_score: the score-mod and dropout kernels (softcap's tanh, ALiBi, window masks, random
+// bits on every score). Their extra registers spilled at the plain tiles (384 bytes at head dim 128):
+// half as wide N tiles leave room (16 bytes; FA2 narrows its dropout tiles the same way).
+constexpr FwdTileShape fwd_tile_shape(int kernel_head_dim, bool is_causal, bool work_per_score = false) {
   // 128 x 128 with 4 warps: small head dims keep S in few registers, so wide N tiles amortise
   // the softmax's row reductions.
-  if (kernel_head_dim <= 64) return {128, 128, 4};
+  if (kernel_head_dim <= 64) return {128, work_per_score ? 64 : 128, 4};
   // From 96 on, S (128 x 128) and O no longer both fit in 255 registers per thread: 64-wide N.
-  if (kernel_head_dim <= 128) return {128, 64, 4};
+  if (kernel_head_dim <= 128) return {128, work_per_score ? 32 : 64, 4};
   // 256 causal: 64-row blocks give twice the CTAs, two per SM (96 KB of smem each), which evens
   // out the triangle's uneven row blocks at short seqlens.
   if (kernel_head_dim == 256 && is_causal) return {64, 64, 4};

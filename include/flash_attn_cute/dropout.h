@@ -1,0 +1,187 @@
+// Dropout on the attention probabilities with a counter-based RNG (Philox-4x32, 7 rounds, as in
+// flash-attn 2.x), so the forward and the backward draw the same mask from (seed, offset) alone.
+//
+// The mask is a function of (sequence b, head h, query row i, key j) only, never of a kernel's
+// tiles, so kernels with different tile shapes agree. The keys are cut into 16 x 32 chunks; one
+// Philox call gives the 16 bytes of one chunk that one MMA lane holds:
+//   counter = ((j / 32) << 5 | lane,  i / 16,  b * heads + h,  offset_lo),  key = seed (+ offset_hi)
+//   lane = (i % 8) * 4 + (j % 8) / 2                 (the m16n8 accumulator lane of (i, j))
+//   byte = ((j % 32) / 8) * 4 + ((i % 16) / 8) * 2 + j % 2
+// and the entry is kept when that byte is below `threshold` = round((1 - p) * 256). Kept entries
+// are scaled by 1 / (1 - p).
+//
+// The kernels apply it to their S-shaped accumulators ((2, 2), MMA_M, MMA_N) where each thread
+// holds, for every MMA_M and every 4 consecutive MMA_N, one whole 16 x 32 chunk's 16 entries of one
+// lane (the forward's warps stack along M; the backward's S / dP MMA gives each warp 32 whole key
+// columns). tests/cpp checks that property of every tile, and the mask against dropout_keep.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#include <cute/tensor.hpp>
+#endif
+
+#include "block_info.h"  // FLASH_HOST_DEVICE
+#include "params.h"
+
+namespace flash_attn_cute {
+
+struct PhiloxKey {
+  uint32_t k0, k1;
+};
+
+struct Philox4 {
+  uint32_t x, y, z, w;
+};
+
+// Philox-4x32 (Salmon et al., SC'11) with kRounds rounds; 10 is the reference, 7 what the kernels use.
+template <int kRounds>
+FLASH_HOST_DEVICE Philox4 philox(Philox4 ctr, PhiloxKey key) {
+  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
+  constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
+#pragma unroll
+  for (int r = 0; r < kRounds; ++r) {
+    const uint64_t p0 = uint64_t(kMul0) * ctr.x;
+    const uint64_t p1 = uint64_t(kMul1) * ctr.z;
+    ctr = {uint32_t(p1 >> 32) ^ ctr.y ^ key.k0, uint32_t(p1), uint32_t(p0 >> 32) ^ ctr.w ^ key.k1, uint32_t(p0)};
+    key.k0 += kWeyl0;
+    key.k1 += kWeyl1;
+  }
+  return ctr;
+}
+
+// One call's dropout: the RNG stream (seed, offset) and the keep threshold.
+struct DropoutRng {
+  PhiloxKey key;
+  uint32_t offset_lo;
+  uint32_t threshold;  // keep a byte < threshold (0..256)
+
+  FLASH_HOST_DEVICE DropoutRng(uint64_t seed, uint64_t offset, uint32_t threshold_)
+      : key{uint32_t(seed), uint32_t(seed >> 32) + uint32_t(offset >> 32)},
+        offset_lo(uint32_t(offset)),
+        threshold(threshold_) {}
+
+  // The 16 bytes of the 16 x 32 chunk around (row, col) that (row, col)'s lane holds.
+  FLASH_HOST_DEVICE Philox4 chunk_bytes(uint32_t bh, int row, int col) const {
+    const uint32_t lane = uint32_t(row % 8) * 4 + uint32_t(col % 8) / 2;
+    return philox<7>({(uint32_t(col) / 32) << 5 | lane, uint32_t(row) / 16, bh, offset_lo}, key);
+  }
+
+  FLASH_HOST_DEVICE bool keep_byte(uint32_t word, int byte) const { return ((word >> (8 * byte)) & 0xFFu) < threshold; }
+
+  // Whether entry (row, col) of head bh = b * heads + h is kept (the definition; kernels use apply).
+  FLASH_HOST_DEVICE bool keep(uint32_t bh, int row, int col) const {
+    const Philox4 r = chunk_bytes(bh, row, col);
+    const int word = (col % 32) / 8;
+    const uint32_t w = word == 0 ? r.x : word == 1 ? r.y : word == 2 ? r.z : r.w;
+    return keep_byte(w, ((row % 16) / 8) * 2 + col % 2);
+  }
+};
+
+// keep a byte below this: round((1 - p) * 256), so the kept fraction is within 1 / 512 of 1 - p.
+FLASH_HOST_DEVICE uint32_t dropout_threshold(float p) {
+  const float t = (1.f - p) * 256.f + 0.5f;
+  return t <= 0.f ? 0u : t >= 256.f ? 256u : uint32_t(t);
+}
+
+// The (seed, offset) of this call: from device memory when the caller gave pointers (a CUDA graph
+// capture, or the backward reading the forward's rng_state), else the values.
+struct SeedOffset {
+  uint64_t seed, offset;
+};
+FLASH_HOST_DEVICE SeedOffset dropout_seed_offset(DropoutParams const& d) {
+  return {d.seed_ptr ? uint64_t(*d.seed_ptr) : d.seed, d.offset_ptr ? uint64_t(*d.offset_ptr) + d.offset_extra : d.offset};
+}
+
+FLASH_HOST_DEVICE DropoutRng make_dropout_rng(DropoutParams const& d) {
+  const SeedOffset so = dropout_seed_offset(d);
+  return DropoutRng(so.seed, so.offset, dropout_threshold(d.p));
+}
+
+// The keep mask itself, for tests and return_attn_probs: out[((b * heads + h) * seqlen_q + i) *
+// seqlen_k + j] = entry (i, j) of sequence b, head h is kept (false past the sequence's lengths).
+struct DropoutMaskParams {
+  DropoutParams dropout;
+  bool* out = nullptr;
+  int batch = 0, heads = 0, seqlen_q = 0, seqlen_k = 0;  // max lengths in varlen mode
+  const int* cu_seqlens_q = nullptr;                     // varlen: int32 (batch + 1,) each, else nullptr
+  const int* cu_seqlens_k = nullptr;
+};
+cudaError_t run_dropout_mask(DropoutMaskParams const& params, cudaStream_t stream);  // csrc/dropout_mask.cu
+
+#if defined(__CUDACC__)
+// Calls keep_fn(value index, m, n, keep) for every entry of this thread's ((2, 2), MMA_M, MMA_N)
+// S fragment; tScS gives the fragment's (row, col) in the tile, which starts at (row0, col0) of head bh.
+template <class Coords, class Fn>
+__device__ __forceinline__ void for_each_dropout_keep(DropoutRng const& rng, Coords const& tScS, uint32_t bh, int row0,
+                                                      int col0, Fn&& keep_fn) {
+  constexpr int kMmaM = decltype(cute::size<1>(tScS))::value;
+  constexpr int kMmaN = decltype(cute::size<2>(tScS))::value;
+  static_assert(kMmaN % 4 == 0, "dropout takes 32 key columns per lane at a time");
+#pragma unroll
+  for (int m = 0; m < kMmaM; ++m) {
+#pragma unroll
+    for (int g = 0; g < kMmaN / 4; ++g) {
+      const auto rc = tScS(0, m, 4 * g);
+      const Philox4 r = rng.chunk_bytes(bh, row0 + int(cute::get<0>(rc)), col0 + int(cute::get<1>(rc)));
+      const uint32_t words[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+      for (int nn = 0; nn < 4; ++nn) {
+#pragma unroll
+        for (int v = 0; v < 4; ++v) keep_fn(v, m, 4 * g + nn, rng.keep_byte(words[nn], v));
+      }
+    }
+  }
+}
+
+// Backward: one bit per entry of the fragment (bit e of word e / 32, e its flat index), for both
+// dP and P.
+template <int kWords, class Coords>
+__device__ __forceinline__ void dropout_keep_bits(uint32_t (&bits)[kWords], DropoutRng const& rng,
+                                                  Coords const& tScS, uint32_t bh, int row0, int col0) {
+  constexpr int kMmaM = decltype(cute::size<1>(tScS))::value;
+  static_assert(kWords * 32 >= 4 * kMmaM * decltype(cute::size<2>(tScS))::value);
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) bits[i] = 0;
+  for_each_dropout_keep(rng, tScS, bh, row0, col0, [&](int v, int m, int n, bool keep) {
+    const int e = v + 4 * (m + kMmaM * n);
+    bits[e / 32] |= uint32_t(keep) << (e % 32);
+  });
+}
+
+// The accumulator fragment's flat index, as dropout_keep_bits numbers it.
+template <class Frag>
+__device__ __forceinline__ bool is_kept(uint32_t const* bits, int v, int m, int n) {
+  const int e = v + 4 * (m + decltype(cute::size<1>(Frag{}))::value * n);
+  return (bits[e / 32] >> (e % 32)) & 1u;
+}
+
+// Forward: the dropped entries of P (any element type, the S fragment's layout) become 0; the row
+// sums already hold them, and O is scaled by 1 / (1 - p) at the end.
+template <class Frag, class Coords>
+__device__ __forceinline__ void zero_dropped(Frag& x, DropoutRng const& rng, Coords const& tScS, uint32_t bh, int row0,
+                                             int col0) {
+  using T = typename Frag::value_type;
+  for_each_dropout_keep(rng, tScS, bh, row0, col0, [&](int v, int m, int n, bool keep) {
+    if (!keep) x(v, m, n) = T(0);
+  });
+}
+
+// x = keep ? x * scale : 0 over a fragment, with the bits of dropout_keep_bits.
+template <int kWords, class Frag>
+__device__ __forceinline__ void scale_kept(Frag& x, uint32_t const (&bits)[kWords], float scale) {
+#pragma unroll
+  for (int n = 0; n < cute::size<2>(x); ++n) {
+#pragma unroll
+    for (int m = 0; m < cute::size<1>(x); ++m) {
+#pragma unroll
+      for (int v = 0; v < 4; ++v) x(v, m, n) = is_kept<Frag>(bits, v, m, n) ? x(v, m, n) * scale : 0.f;
+    }
+  }
+}
+#endif
+
+}  // namespace flash_attn_cute
