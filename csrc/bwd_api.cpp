@@ -15,14 +15,11 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
          std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
          int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
          int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes, bool deterministic,
-         std::optional<at::Tensor> const& seqused_k) {
+         std::optional<at::Tensor> const& seqused_k, double dropout_p, std::optional<at::Tensor> const& rng_state) {
+  const ScoreMods mods{window_left, window_right, softcap, alibi_slopes, dropout_p};
   const Problem p = check_problem(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   const int kernel_head_dim = fwd_kernel_head_dim(int(p.head_dim));
-  const bool has_mods = needs_score_mods(p, ScoreMods{window_left, window_right, softcap, alibi_slopes}, causal);
-  TORCH_CHECK(bwd_is_built(p.dtype, kernel_head_dim, has_mods), "flash_attn_cute: no backward kernel for ",
-              c10::toString(q.scalar_type()), " head dim ", num(p.head_dim),
-              has_mods ? " with softcap / ALiBi / a local window" : "",
-              " in this build (see FLASH_ATTN_CUTE_HDIMS / _DTYPES / _PASSES / _SCORE_MODS)");
+  check_built(p, mods, causal, q, true);
   check_like(dout, q, "dout", "q");
   check_like(dq, q, "dq", "q");
   check_like(dk, k, "dk", "k");
@@ -61,8 +58,9 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
 
   BwdParams params;
   fill_params(params, p, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal);
-  set_score_mods(params, p, ScoreMods{window_left, window_right, softcap, alibi_slopes}, causal, q);
+  set_score_mods(params, p, mods, causal, q);
   set_seqused_k(params, p, seqused_k, q);
+  set_dropout(params, mods, rng_state, q, true);
   params.dout = view_of(dout, p.varlen);
   params.dq = view_of(dq, p.varlen);
   params.dk = view_of(dk, p.varlen);

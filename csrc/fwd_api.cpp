@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "flash_attn_cute/dropout.h"
 #include "flash_attn_cute/fwd_api.h"
 #include "glue.h"
 #include "torch_api.h"
@@ -15,10 +16,10 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
                std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
                int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
                int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes,
-               std::optional<at::Tensor> const& seqused_k) {
-  const ScoreMods mods{window_left, window_right, softcap, alibi_slopes};
+               std::optional<at::Tensor> const& seqused_k, double dropout_p, std::optional<at::Tensor> const& rng_state) {
+  const ScoreMods mods{window_left, window_right, softcap, alibi_slopes, dropout_p};
   Problem p = check_problem(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
-  check_fwd_built(p, mods, causal, q);
+  check_built(p, mods, causal, q);
 
   c10::cuda::CUDAGuard device_guard(q.device());
   FwdRows rows = forward_rows(p, q, out, mods);
@@ -37,11 +38,47 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
               causal && !rows.packed);
   set_score_mods(params, rows.unpacked, mods, causal && !rows.packed, q);
   set_seqused_k(params, p, seqused_k, q);
+  set_dropout(params, mods, rng_state, q, false);
   // Split-KV where the grid alone would leave SMs idle (few query row blocks, many key blocks).
   const std::vector<at::Tensor> split_buffers = choose_splits(params, p, lse, 0);
   const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(err == cudaSuccess, "flash_attn_cute: forward kernel launch failed: ", cudaGetErrorString(err));
   return lse.view(rows.lse_sizes);
+}
+
+at::Tensor dropout_mask(at::Tensor const& rng_state, double dropout_p, int64_t batch, int64_t heads,
+                        int64_t max_seqlen_q, int64_t max_seqlen_k, std::optional<at::Tensor> const& cu_seqlens_q,
+                        std::optional<at::Tensor> const& cu_seqlens_k) {
+  TORCH_CHECK(rng_state.is_cuda() && rng_state.scalar_type() == at::kLong && rng_state.numel() == 2 &&
+                  rng_state.is_contiguous(),
+              "flash_attn_cute: rng_state must be the forward's contiguous int64 (2,) CUDA tensor");
+  TORCH_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, "flash_attn_cute: dropout_p must be in [0, 1)");
+  TORCH_CHECK(batch >= 0 && heads >= 0 && max_seqlen_q >= 0 && max_seqlen_k >= 0 && batch <= 65535 && heads <= 65535,
+              "flash_attn_cute: dropout_mask sizes out of range");
+  TORCH_CHECK(cu_seqlens_q.has_value() == cu_seqlens_k.has_value(),
+              "flash_attn_cute: give both cu_seqlens_q and cu_seqlens_k or neither");
+  for (auto const* cu : {&cu_seqlens_q, &cu_seqlens_k}) {
+    TORCH_CHECK(!cu->has_value() || ((*cu)->scalar_type() == at::kInt && (*cu)->dim() == 1 &&
+                                     (*cu)->size(0) == batch + 1 && (*cu)->is_contiguous() &&
+                                     (*cu)->device() == rng_state.device()),
+                "flash_attn_cute: cu_seqlens must be contiguous int32 (batch + 1,) on rng_state's device");
+  }
+  c10::cuda::CUDAGuard device_guard(rng_state.device());
+  at::Tensor mask = at::empty({batch, heads, max_seqlen_q, max_seqlen_k}, rng_state.options().dtype(at::kBool));
+  DropoutMaskParams params;
+  params.dropout.p = float(dropout_p);
+  params.dropout.seed_ptr = rng_state.data_ptr<int64_t>();
+  params.dropout.offset_ptr = params.dropout.seed_ptr + 1;
+  params.out = mask.data_ptr<bool>();
+  params.batch = int(batch);
+  params.heads = int(heads);
+  params.seqlen_q = int(max_seqlen_q);
+  params.seqlen_k = int(max_seqlen_k);
+  params.cu_seqlens_q = cu_seqlens_q ? cu_seqlens_q->data_ptr<int>() : nullptr;
+  params.cu_seqlens_k = cu_seqlens_k ? cu_seqlens_k->data_ptr<int>() : nullptr;
+  const cudaError_t err = run_dropout_mask(params, c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(err == cudaSuccess, "flash_attn_cute: dropout_mask launch failed: ", cudaGetErrorString(err));
+  return mask;
 }
 
 }  // namespace flash_attn_cute

@@ -1,11 +1,14 @@
 // Torch-side checks and params filling shared by the forward and backward glue.
 #include "glue.h"
 
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 
+#include "flash_attn_cute/bwd_api.h"
 #include "flash_attn_cute/fwd_api.h"
 #include "flash_attn_cute/split_kv.h"
 #include "flash_attn_cute/tile_size.h"
@@ -100,6 +103,7 @@ std::vector<int64_t> lse_shape(Problem const& p) {
 }
 
 std::vector<at::Tensor> choose_splits(FwdParams& params, Problem const& p, at::Tensor const& lse, int64_t requested) {
+  if (params.dropout.p > 0.f) return {};  // training: the dropout kernels have no split-KV form
   const int kernel_head_dim = fwd_kernel_head_dim(int(p.head_dim));
   const FwdTileShape tile = fwd_split_tile_shape(kernel_head_dim);
   const int n_blocks = int((p.seqlen_k + tile.block_n - 1) / tile.block_n);
@@ -141,7 +145,7 @@ FwdRows forward_rows(Problem& p, at::Tensor const& q, at::Tensor const& out, Sco
 
 bool pack_gqa_rows(Problem& p, at::Tensor& q, at::Tensor& out, ScoreMods const& mods) {
   if (p.varlen || p.seqlen_q != 1 || p.heads == p.heads_k) return false;
-  if (mods.window_left >= 0 || mods.window_right >= 0 || mods.alibi_slopes) return false;
+  if (mods.window_left >= 0 || mods.window_right >= 0 || mods.alibi_slopes || mods.dropout_p > 0.0) return false;
   const int64_t groups = p.heads / p.heads_k;
   auto packed = [&](at::Tensor const& t) {
     return t.squeeze(1).unflatten(1, {p.heads_k, groups}).transpose(1, 2);  // (batch, groups, heads_k, dim)
@@ -158,19 +162,58 @@ Window effective_window(Problem const& p, ScoreMods const& mods, bool causal) {
   return Window{bounded(mods.window_left), causal ? 0 : bounded(mods.window_right)};
 }
 
-bool needs_score_mods(Problem const& p, ScoreMods const& mods, bool causal) {
-  FwdParams probe;
-  probe.is_causal = causal;
-  probe.window = effective_window(p, mods, causal);
-  return mods.softcap > 0.0 || mods.alibi_slopes.has_value() || probe.has_local_window();
+Variant kernel_variant(Problem const& p, ScoreMods const& mods, bool causal) {
+  if (mods.dropout_p > 0.0) return Variant::kDropout;
+  const bool score_mods = mods.softcap > 0.0 || mods.alibi_slopes.has_value() ||
+                          has_local_window(effective_window(p, mods, causal), causal);
+  return score_mods ? Variant::kScoreMods : Variant::kPlain;
 }
 
-void check_fwd_built(Problem const& p, ScoreMods const& mods, bool causal, at::Tensor const& q) {
-  const bool has_mods = needs_score_mods(p, mods, causal);
-  TORCH_CHECK(fwd_is_built(p.dtype, fwd_kernel_head_dim(int(p.head_dim)), has_mods),
-              "flash_attn_cute: no forward kernel for ", c10::toString(q.scalar_type()), " head dim ",
-              num(p.head_dim), has_mods ? " with softcap / ALiBi / a local window" : "",
-              " in this build (see FLASH_ATTN_CUTE_HDIMS / _DTYPES / _SCORE_MODS)");
+void check_built(Problem const& p, ScoreMods const& mods, bool causal, at::Tensor const& q, bool backward) {
+  const Variant variant = kernel_variant(p, mods, causal);
+  const int kernel_head_dim = fwd_kernel_head_dim(int(p.head_dim));
+  const bool built = backward ? bwd_is_built(p.dtype, kernel_head_dim, variant)
+                              : fwd_is_built(p.dtype, kernel_head_dim, variant);
+  TORCH_CHECK(built, "flash_attn_cute: no ", backward ? "backward" : "forward", " kernel for ",
+              c10::toString(q.scalar_type()), " head dim ", num(p.head_dim),
+              variant == Variant::kDropout     ? " with dropout"
+              : variant == Variant::kScoreMods ? " with softcap / ALiBi / a local window"
+                                               : "",
+              " in this build (see FLASH_ATTN_CUTE_HDIMS / _DTYPES / _PASSES / _SCORE_MODS / _DROPOUT)");
+}
+
+void set_dropout(FwdParams& params, ScoreMods const& mods, std::optional<at::Tensor> const& rng_state,
+                 at::Tensor const& q, bool backward) {
+  if (mods.dropout_p == 0.0) return;
+  TORCH_CHECK(mods.dropout_p > 0.0 && mods.dropout_p < 1.0, "flash_attn_cute: dropout_p must be in [0, 1)");
+  TORCH_CHECK(rng_state && rng_state->scalar_type() == at::kLong && rng_state->numel() == 2 &&
+                  rng_state->is_contiguous() && rng_state->device() == q.device(),
+              "flash_attn_cute: dropout needs rng_state, a contiguous int64 (2,) tensor on q's device");
+  DropoutParams& d = params.dropout;
+  d.p = float(mods.dropout_p);
+  d.rp = float(1.0 / (1.0 - mods.dropout_p));
+  int64_t* state = rng_state->data_ptr<int64_t>();
+  if (backward) {
+    d.seed_ptr = state;
+    d.offset_ptr = state + 1;
+    return;
+  }
+  auto* gen = at::get_generator_or_default<at::CUDAGeneratorImpl>(std::nullopt,
+                                                                   at::cuda::detail::getDefaultCUDAGenerator());
+  at::PhiloxCudaState philox;
+  {
+    std::lock_guard<std::mutex> lock(gen->mutex_);
+    philox = gen->philox_cuda_state(4);  // one counter value per call (dropout.h)
+  }
+  if (philox.captured_) {
+    d.seed_ptr = philox.seed_.ptr;
+    d.offset_ptr = philox.offset_.ptr;
+    d.offset_extra = philox.offset_intragraph_;
+  } else {
+    d.seed = philox.seed_.val;
+    d.offset = philox.offset_.val;
+  }
+  d.rng_state = state;
 }
 
 void set_seqused_k(FwdParams& params, Problem const& p, std::optional<at::Tensor> const& seqused_k,

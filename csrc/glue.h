@@ -42,14 +42,14 @@ void fill_params(FwdParams& params, Problem const& p, at::Tensor const& q, at::T
                  std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
                  double softmax_scale, bool causal);
 
-// flash-attn 2.x's optional score transforms, as the ops receive them.
+// flash-attn 2.x's optional score transforms, as the ops receive them, and dropout (not a score
+// transform, but like one it picks the kernel variant and rules out packing GQA rows).
 struct ScoreMods {
   int64_t window_left = -1;  // -1: unbounded
   int64_t window_right = -1;
   double softcap = 0.0;      // 0: off
   std::optional<at::Tensor> alibi_slopes;  // fp32 (heads,) or (batch, heads)
-
-  bool is_plain() const { return window_left < 0 && window_right < 0 && softcap == 0.0 && !alibi_slopes; }
+  double dropout_p = 0.0;    // 0: off
 };
 
 // Checks `mods` and sets params.window (causal sets window.right = 0; a side that reaches past
@@ -59,11 +59,17 @@ void set_score_mods(FwdParams& params, Problem const& p, ScoreMods const& mods, 
 // The window the kernels see: causal sets right = 0, a side that reaches past seqlen_k is unbounded.
 Window effective_window(Problem const& p, ScoreMods const& mods, bool causal);
 
-// Whether the call needs the score-mod instantiations (FwdParams::has_score_mods).
-bool needs_score_mods(Problem const& p, ScoreMods const& mods, bool causal);
+// The instantiation the call needs (FwdParams::variant).
+Variant kernel_variant(Problem const& p, ScoreMods const& mods, bool causal);
 
-// This build has the forward kernel the problem and its score mods need.
-void check_fwd_built(Problem const& p, ScoreMods const& mods, bool causal, at::Tensor const& q);
+// This build has the forward (or backward) kernel the problem and its score mods need.
+void check_built(Problem const& p, ScoreMods const& mods, bool causal, at::Tensor const& q, bool backward = false);
+
+// Dropout with probability mods.dropout_p. The forward draws (seed, offset) from torch's default CUDA
+// generator (CUDA-graph safe) and its kernel writes them into rng_state (int64 (2,) on q's device);
+// the backward reads them from there.
+void set_dropout(FwdParams& params, ScoreMods const& mods, std::optional<at::Tensor> const& rng_state,
+                 at::Tensor const& q, bool backward);
 
 // Varlen only: sequence b uses the first seqused_k[b] of its keys (int32 (batch,) on q's device).
 void set_seqused_k(FwdParams& params, Problem const& p, std::optional<at::Tensor> const& seqused_k,

@@ -121,7 +121,7 @@ at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tenso
   int const* block_table_ptr = int_ptr(block_table, q, p.batch, 2, "block_table");
   p.seqlen_k = block_table_ptr ? block_table->size(1) * k_cache.size(1) : k_cache.size(1);
   TORCH_CHECK(p.seqlen_k < (int64_t(1) << 31), "flash_attn_cute: the cache holds too many rows per sequence");
-  check_fwd_built(p, mods, causal, q);
+  check_built(p, mods, causal, q);
 
   c10::cuda::CUDAGuard device_guard(q.device());
   FwdRows rows = forward_rows(p, q, out, mods);

@@ -13,12 +13,17 @@ TORCH_LIBRARY(flash_attn_cute, m) {
   m.def(
       "fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
       "int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, int window_size_left, "
-      "int window_size_right, float softcap, Tensor? alibi_slopes, Tensor? seqused_k) -> Tensor");
+      "int window_size_right, float softcap, Tensor? alibi_slopes, Tensor? seqused_k, float dropout_p, "
+      "Tensor(b!)? rng_state) -> Tensor");
   m.def(
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, Tensor(a!) dq, "
       "Tensor(b!) dk, Tensor(c!) dv, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "
       "int max_seqlen_k, float softmax_scale, bool causal, int window_size_left, int window_size_right, "
-      "float softcap, Tensor? alibi_slopes, bool deterministic, Tensor? seqused_k) -> ()");
+      "float softcap, Tensor? alibi_slopes, bool deterministic, Tensor? seqused_k, float dropout_p, "
+      "Tensor? rng_state) -> ()");
+  m.def(
+      "dropout_mask(Tensor rng_state, float dropout_p, int batch, int heads, int max_seqlen_q, int max_seqlen_k, "
+      "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k) -> Tensor");
   m.def(
       "rotary_copy(Tensor src, Tensor(a!) dst, Tensor? row_base, Tensor? dst_batch_idx, Tensor? block_table, "
       "Tensor? cos, Tensor? sin, Tensor? pos_base, bool interleaved, bool pos_per_row) -> ()");
@@ -33,22 +38,29 @@ TORCH_LIBRARY_IMPL(flash_attn_cute, CUDA, m) {
   m.impl("bwd", &flash_attn_cute::bwd);
   m.impl("rotary_copy", &flash_attn_cute::rotary_copy);
   m.impl("fwd_kvcache", &flash_attn_cute::fwd_kvcache);
+  m.impl("dropout_mask", &flash_attn_cute::dropout_mask);
 }
 
 namespace {
 
-// The (dtype, kernel head dim, causal, score mods) forward kernels compiled into this build (each
-// in its even-K and uneven-K variants).
+// The (dtype, kernel head dim, causal, variant) forward kernels compiled into this build (each in
+// its even-K and uneven-K forms); variant: "plain", "mods" (softcap / ALiBi / windows), "dropout".
+char const* variant_name(flash_attn_cute::Variant v) {
+  using flash_attn_cute::Variant;
+  return v == Variant::kPlain ? "plain" : v == Variant::kScoreMods ? "mods" : "dropout";
+}
+
 pybind11::list built_fwd_kernels() {
   pybind11::list kernels;
-#define FLASH_KERNEL_LIST(DT, HDIM, CAUSAL, EVEN_K, MODS) \
-  if (EVEN_K)                                            \
-    kernels.append(pybind11::make_tuple(std::string(#DT) == "kFloat16" ? "fp16" : "bf16", HDIM, CAUSAL, MODS));
+#define FLASH_KERNEL_LIST(DT, HDIM, CAUSAL, EVEN_K, VARIANT)                                              \
+  if (EVEN_K)                                                                                             \
+    kernels.append(pybind11::make_tuple(std::string(#DT) == "kFloat16" ? "fp16" : "bf16", HDIM, CAUSAL, \
+                                        variant_name(flash_attn_cute::Variant::VARIANT)));
   FLASH_FWD_INSTANCES(FLASH_KERNEL_LIST)
   return kernels;
 }
 
-// The (dtype, kernel head dim, causal, score mods) backward kernels compiled into this build.
+// The (dtype, kernel head dim, causal, variant) backward kernels compiled into this build.
 pybind11::list built_bwd_kernels() {
   pybind11::list kernels;
   FLASH_BWD_INSTANCES(FLASH_KERNEL_LIST)
@@ -60,7 +72,7 @@ pybind11::list built_bwd_kernels() {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("built_fwd_kernels", &built_fwd_kernels,
-        "(dtype, kernel head dim, causal, score mods) forward kernels in this build");
+        "(dtype, kernel head dim, causal, variant) forward kernels in this build");
   m.def("built_bwd_kernels", &built_bwd_kernels,
-        "(dtype, kernel head dim, causal, score mods) backward kernels in this build");
+        "(dtype, kernel head dim, causal, variant) backward kernels in this build");
 }

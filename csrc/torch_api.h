@@ -9,12 +9,13 @@
 
 namespace flash_attn_cute {
 
-// Writes attention(q, k, v) into out and returns softmax_lse (fp32).
+// Writes attention(q, k, v) into out and returns softmax_lse (fp32). With dropout_p > 0 the
+// kernel writes the RNG's (seed, offset) into rng_state for the backward.
 at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at::Tensor& out,
                std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
                int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
                int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes,
-               std::optional<at::Tensor> const& seqused_k);
+               std::optional<at::Tensor> const& seqused_k, double dropout_p, std::optional<at::Tensor> const& rng_state);
 
 // Writes the gradients of attention(q, k, v) (which gave out and softmax_lse) for dout into dq, dk, dv.
 void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::Tensor const& v,
@@ -22,7 +23,7 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
          std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
          int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
          int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes, bool deterministic,
-         std::optional<at::Tensor> const& seqused_k);
+         std::optional<at::Tensor> const& seqused_k, double dropout_p, std::optional<at::Tensor> const& rng_state);
 
 // Copies src (batch, rows, heads, dim) into dst row by row (appending at row_base[b] of a dense,
 // batch-indexed or paged cache), rotating the first rotary_dim columns when cos / sin are given.
@@ -30,6 +31,12 @@ void rotary_copy(at::Tensor const& src, at::Tensor& dst, std::optional<at::Tenso
                  std::optional<at::Tensor> const& dst_batch_idx, std::optional<at::Tensor> const& block_table,
                  std::optional<at::Tensor> const& cos, std::optional<at::Tensor> const& sin,
                  std::optional<at::Tensor> const& pos_base, bool interleaved, bool pos_per_row);
+
+// Where dropout (dropout_p, rng_state of the forward) keeps an entry: bool (batch, heads,
+// max_seqlen_q, max_seqlen_k), false past each sequence's lengths (varlen: cu_seqlens).
+at::Tensor dropout_mask(at::Tensor const& rng_state, double dropout_p, int64_t batch, int64_t heads,
+                        int64_t max_seqlen_q, int64_t max_seqlen_k, std::optional<at::Tensor> const& cu_seqlens_q,
+                        std::optional<at::Tensor> const& cu_seqlens_k);
 
 // Attention of q over the first seqused_k[b] keys of a KV cache (dense, batch-indexed or paged);
 // writes out and returns softmax_lse. num_splits 0 picks the split count.

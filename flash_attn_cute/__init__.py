@@ -1,7 +1,7 @@
 """flash_attn_cute: FlashAttention-2 as CUDA/CuTe kernels, a drop-in for flash-attn 2.x."""
 __version__ = "0.1.0"
 
-from ._ops import BUILT_BWD_KERNELS, BUILT_FWD_KERNELS, bwd, fwd
+from ._ops import BUILT_BWD_KERNELS, BUILT_FWD_KERNELS, bwd, dropout_mask, fwd
 from .interface import (
     flash_attn_func,
     flash_attn_kvpacked_func,
@@ -25,5 +25,6 @@ __all__ = [
     "flash_attn_varlen_qkvpacked_func",
     "flash_attn_with_kvcache",
     "bwd",
+    "dropout_mask",
     "fwd",
 ]

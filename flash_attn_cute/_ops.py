@@ -22,8 +22,9 @@ def kernel_head_dim(head_dim):
     return next(d for d in _KERNEL_HEAD_DIMS if head_dim <= d)
 
 
-# {(dtype name, kernel head dim, causal, score mods)} compiled into this install (empty without
-# CUDA); read once so that torch.compile sees a constant. Score mods: the softcap / ALiBi variant.
+# {(dtype name, kernel head dim, causal, variant)} compiled into this install (empty without CUDA);
+# read once so that torch.compile sees a constant. Variant: "plain", "mods" (softcap / ALiBi / local
+# windows) or "dropout" (dropout, with the score mods).
 BUILT_FWD_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _C.built_fwd_kernels())
 BUILT_BWD_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _C.built_bwd_kernels())
 
@@ -35,28 +36,35 @@ def is_local(window_size, causal, seqlen_k):
     return 0 <= left < seqlen_k or (0 <= right < seqlen_k and not causal)
 
 
-def has_score_mods(window_size, softcap, alibi_slopes, causal, seqlen_k):
-    """Whether the call needs the score-mod kernels: softcap, ALiBi or a local window."""
-    return bool(softcap) or alibi_slopes is not None or is_local(window_size, causal, seqlen_k)
+def kernel_variant(window_size, softcap, alibi_slopes, causal, seqlen_k, dropout_p=0.0):
+    """The kernel variant a call needs (csrc/glue.cpp kernel_variant): "dropout", "mods" (softcap,
+    ALiBi or a local window) or "plain"."""
+    if dropout_p:
+        return "dropout"
+    mods = bool(softcap) or alibi_slopes is not None or is_local(window_size, causal, seqlen_k)
+    return "mods" if mods else "plain"
 
 
-def _require_kernel(dtype, head_dim, causal, pass_="forward", mods=False):
+_VARIANT_WORDS = {"plain": "", "mods": " with softcap / ALiBi / a local window", "dropout": " with dropout"}
+
+
+def _require_kernel(dtype, head_dim, causal, pass_="forward", variant="plain"):
     if _C is None:
         raise RuntimeError("flash_attn_cute was installed without its CUDA extension "
                            f"(import failed: {_IMPORT_ERROR}); reinstall on a machine with CUDA torch")
-    key = (_DTYPE_NAMES[dtype], kernel_head_dim(head_dim), causal, mods)
+    key = (_DTYPE_NAMES[dtype], kernel_head_dim(head_dim), causal, variant)
     if key not in (BUILT_FWD_KERNELS if pass_ == "forward" else BUILT_BWD_KERNELS):
         raise NotImplementedError(
             f"flash_attn_cute: this build has no {pass_} kernel for {key[0]}, head dim {head_dim} "
-            f"(kernel {key[1]}), causal={causal}" + (" with softcap / ALiBi / a local window" if mods else "") +
+            f"(kernel {key[1]}), causal={causal}" + _VARIANT_WORDS[variant] +
             "; rebuild with FLASH_ATTN_CUTE_HDIMS / FLASH_ATTN_CUTE_DTYPES / FLASH_ATTN_CUTE_PASSES"
-            " / FLASH_ATTN_CUTE_SCORE_MODS")
+            " / FLASH_ATTN_CUTE_SCORE_MODS / FLASH_ATTN_CUTE_DROPOUT")
 
 
 if _C is not None:
     @torch.library.register_fake("flash_attn_cute::fwd")
     def _fwd_fake(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                  window_size_left, window_size_right, softcap, alibi_slopes, seqused_k):
+                  window_size_left, window_size_right, softcap, alibi_slopes, seqused_k, dropout_p, rng_state):
         if cu_seqlens_q is not None:
             return q.new_empty((q.size(1), q.size(0)), dtype=torch.float32)
         return q.new_empty((q.size(0), q.size(2), q.size(1)), dtype=torch.float32)
@@ -64,8 +72,13 @@ if _C is not None:
     @torch.library.register_fake("flash_attn_cute::bwd")
     def _bwd_fake(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                   max_seqlen_k, softmax_scale, causal, window_size_left, window_size_right, softcap, alibi_slopes,
-                  deterministic, seqused_k):
+                  deterministic, seqused_k, dropout_p, rng_state):
         return None
+
+    @torch.library.register_fake("flash_attn_cute::dropout_mask")
+    def _dropout_mask_fake(rng_state, dropout_p, batch, heads, max_seqlen_q, max_seqlen_k, cu_seqlens_q,
+                           cu_seqlens_k):
+        return rng_state.new_empty((batch, heads, max_seqlen_q, max_seqlen_k), dtype=torch.bool)
 
     @torch.library.register_fake("flash_attn_cute::rotary_copy")
     def _rotary_copy_fake(src, dst, row_base, dst_batch_idx, block_table, cos, sin, pos_base, interleaved,
@@ -98,8 +111,10 @@ def _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes):
 
 
 def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, cu_seqlens_k=None,
-        max_seqlen_q=None, max_seqlen_k=None, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, seqused_k=None):
-    """Low-level forward: returns (out, softmax_lse).
+        max_seqlen_q=None, max_seqlen_k=None, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, seqused_k=None,
+        dropout_p=0.0):
+    """Low-level forward: returns (out, softmax_lse), and with dropout_p > 0 (out, softmax_lse,
+    rng_state).
 
     q: (batch, seqlen_q, nheads, d), k/v: (batch, seqlen_k, nheads_k, d); or, with cu_seqlens_q/k
     (int32, batch + 1) and max_seqlen_q/k, the varlen forms (total, nheads, d). d must be a multiple
@@ -107,7 +122,10 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     (batch, nheads, seqlen_q), or (nheads, total_q) for varlen; rows that see no key get out = 0 and
     lse = +inf. `out`, if given, is written in place. window_size, softcap and alibi_slopes follow
     flash-attn 2.x (local attention, cap * tanh(scores / cap), ALiBi bias); seqused_k (varlen, int32
-    (batch,)) keeps only the first seqused_k[b] keys of sequence b.
+    (batch,)) keeps only the first seqused_k[b] keys of sequence b. dropout_p drops each attention
+    probability with that probability (scaling the kept ones by 1 / (1 - p)), drawing from torch's
+    CUDA generator; rng_state (int64 (2,): seed, offset) is what `bwd` and `dropout_mask` need to
+    redraw the same mask.
     """
     V.check_qkv(q, k, v, cu_seqlens_q is not None or cu_seqlens_k is not None)
     _check_aligned_head_dim(q, "fwd")
@@ -115,31 +133,34 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     V.check_like("q", q, out=out)
     window = _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes)
     V.check_seqused_k(seqused_k, cu_seqlens_k)
+    V.check_dropout(dropout_p)
     tensors = dict(q=q, k=k, v=v, out=out)
     V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
     V.check_device(**tensors, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     _require_kernel(q.dtype, q.size(-1), bool(causal),
-                    mods=has_score_mods(window, softcap, alibi_slopes, causal, max_seqlen_k))
+                    variant=kernel_variant(window, softcap, alibi_slopes, causal, max_seqlen_k, dropout_p))
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.size(-1))
     if out is None:
         out = torch.empty_like(q)
+    rng_state = torch.empty(2, dtype=torch.int64, device=q.device) if dropout_p else None
     lse = torch.ops.flash_attn_cute.fwd(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                         float(softmax_scale), bool(causal), *window, float(softcap), alibi_slopes,
-                                        seqused_k)
-    return out, lse
+                                        seqused_k, float(dropout_p), rng_state)
+    return (out, lse, rng_state) if dropout_p else (out, lse)
 
 
 def bwd(dout, q, k, v, out, softmax_lse, dq=None, dk=None, dv=None, softmax_scale=None, causal=False,
         cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, deterministic=False,
-        window_size=(-1, -1), softcap=0.0, alibi_slopes=None, seqused_k=None):
+        window_size=(-1, -1), softcap=0.0, alibi_slopes=None, seqused_k=None, dropout_p=0.0, rng_state=None):
     """Low-level backward of `fwd`: returns (dq, dk, dv), like q, k, v.
 
     out and softmax_lse are what `fwd` returned for the same q, k, v, softmax_scale and causal;
     dout is the gradient of out (any strides with a contiguous last dimension). dq, dk, dv, if
     given, are written in place. With GQA / MQA, dk and dv are summed over the query heads that
     share each KV head. deterministic=True makes dq bitwise reproducible (dk and dv always are).
-    window_size, softcap, alibi_slopes and seqused_k must be those the forward ran with.
+    window_size, softcap, alibi_slopes, seqused_k and dropout_p must be those the forward ran with,
+    and rng_state the one it returned.
     """
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     V.check_qkv(q, k, v, varlen)
@@ -150,11 +171,12 @@ def bwd(dout, q, k, v, out, softmax_lse, dq=None, dk=None, dv=None, softmax_scal
     V.check_lse(softmax_lse, q, varlen)
     window = _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes)
     V.check_seqused_k(seqused_k, cu_seqlens_k)
+    V.check_dropout(dropout_p, rng_state, q.device)
     tensors = dict(q=q, k=k, v=v, out=out, dout=dout, dq=dq, dk=dk, dv=dv)
     V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
     V.check_device(**tensors, softmax_lse=softmax_lse, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     _require_kernel(q.dtype, q.size(-1), bool(causal), "backward",
-                    mods=has_score_mods(window, softcap, alibi_slopes, causal, max_seqlen_k))
+                    variant=kernel_variant(window, softcap, alibi_slopes, causal, max_seqlen_k, dropout_p))
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.size(-1))
     dq = torch.empty_like(q) if dq is None else dq
@@ -162,5 +184,17 @@ def bwd(dout, q, k, v, out, softmax_lse, dq=None, dk=None, dv=None, softmax_scal
     dv = torch.empty_like(v) if dv is None else dv
     torch.ops.flash_attn_cute.bwd(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
                                   max_seqlen_q, max_seqlen_k, float(softmax_scale), bool(causal), *window,
-                                  float(softcap), alibi_slopes, bool(deterministic), seqused_k)
+                                  float(softcap), alibi_slopes, bool(deterministic), seqused_k, float(dropout_p),
+                                  rng_state)
     return dq, dk, dv
+
+
+def dropout_mask(rng_state, dropout_p, batch, nheads, seqlen_q, seqlen_k, cu_seqlens_q=None, cu_seqlens_k=None):
+    """The keep mask that `fwd` (which returned rng_state) applied with dropout_p: bool (batch,
+    nheads, seqlen_q, seqlen_k), True where the probability was kept. Varlen: give cu_seqlens_q / _k
+    (int32, batch + 1) and the max lengths; entries past a sequence's lengths are False."""
+    V.check_dropout(dropout_p, rng_state, rng_state.device if isinstance(rng_state, torch.Tensor) else None)
+    if _C is None:
+        _require_kernel(torch.float16, 32, False)  # raises: no CUDA extension
+    return torch.ops.flash_attn_cute.dropout_mask(rng_state, float(dropout_p), int(batch), int(nheads),
+                                                  int(seqlen_q), int(seqlen_k), cu_seqlens_q, cu_seqlens_k)

@@ -5,7 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from . import validation as V
-from ._ops import bwd, fwd
+from ._ops import bwd, dropout_mask, fwd
+from .reference import attention_probs_ref
 
 
 def _round_up_head_dim(x):
@@ -31,29 +32,63 @@ class _FlashAttnFunc(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                deterministic, window_size, softcap, alibi_slopes, seqused_k):
+                deterministic, window_size, softcap, alibi_slopes, seqused_k, dropout_p):
         head_dim = q.size(-1)
         if softmax_scale is None:
             softmax_scale = 1.0 / math.sqrt(head_dim)
         q, k, v = (_round_up_head_dim(x) for x in (q, k, v))
         mods = dict(window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, seqused_k=seqused_k)
-        out, lse = fwd(q, k, v, softmax_scale=softmax_scale, causal=causal, cu_seqlens_q=cu_seqlens_q,
-                       cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, **mods)
-        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, seqused_k)
-        ctx.args = (head_dim, softmax_scale, causal, max_seqlen_q, max_seqlen_k, deterministic, window_size, softcap)
-        ctx.mark_non_differentiable(lse)
-        return out[..., :head_dim], lse
+        out, lse, *rng_state = fwd(q, k, v, softmax_scale=softmax_scale, causal=causal, cu_seqlens_q=cu_seqlens_q,
+                                   cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                                   dropout_p=dropout_p, **mods)
+        # Always a tensor (empty without dropout): torch.compile's backward takes no None output.
+        rng_state = rng_state[0] if rng_state else torch.empty(0, dtype=torch.int64, device=q.device)
+        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, seqused_k, rng_state)
+        ctx.args = (head_dim, softmax_scale, causal, max_seqlen_q, max_seqlen_k, deterministic, window_size, softcap,
+                    dropout_p)
+        ctx.mark_non_differentiable(lse, rng_state)
+        return out[..., :head_dim], lse, rng_state
 
     @staticmethod
-    def backward(ctx, dout, dlse):
-        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, seqused_k = ctx.saved_tensors
-        head_dim, softmax_scale, causal, max_seqlen_q, max_seqlen_k, deterministic, window_size, softcap = ctx.args
+    def backward(ctx, dout, dlse, drng_state):
+        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, seqused_k, rng_state = ctx.saved_tensors
+        (head_dim, softmax_scale, causal, max_seqlen_q, max_seqlen_k, deterministic, window_size, softcap,
+         dropout_p) = ctx.args
         dout = _kernel_layout(_round_up_head_dim(dout))
         dq, dk, dv = bwd(dout, q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal,
                          cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                          max_seqlen_k=max_seqlen_k, deterministic=deterministic, window_size=window_size,
-                         softcap=softcap, alibi_slopes=alibi_slopes, seqused_k=seqused_k)
-        return (dq[..., :head_dim], dk[..., :head_dim], dv[..., :head_dim]) + (None,) * 11
+                         softcap=softcap, alibi_slopes=alibi_slopes, seqused_k=seqused_k, dropout_p=dropout_p,
+                         rng_state=rng_state if dropout_p else None)
+        return (dq[..., :head_dim], dk[..., :head_dim], dv[..., :head_dim]) + (None,) * 12
+
+
+def _attn_probs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, rng_state, softmax_scale,
+                causal, window_size, softcap, alibi_slopes, seqused_k):
+    """return_attn_probs: the attention probabilities (float32 (batch, nheads, seqlen_q, seqlen_k),
+    recomputed in float32, zero past each sequence's lengths) with the entries dropout dropped
+    negated. For tests: O(seqlen^2) memory, and varlen reads cu_seqlens on the host."""
+    mods = dict(causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap)
+    if cu_seqlens_q is None:
+        probs = attention_probs_ref(q, k, alibi_slopes=alibi_slopes, **mods)
+        batch = q.size(0)
+    else:
+        batch = cu_seqlens_q.numel() - 1
+        probs = q.new_zeros((batch, q.size(-2), max_seqlen_q, max_seqlen_k), dtype=torch.float32)
+        cu_q, cu_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+        used = seqused_k.tolist() if seqused_k is not None else None
+        for b in range(batch):
+            len_q, len_k = cu_q[b + 1] - cu_q[b], cu_k[b + 1] - cu_k[b]
+            if used is not None:
+                len_k = max(0, min(len_k, used[b]))
+            slopes = alibi_slopes if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes[b:b + 1]
+            probs[b, :, :len_q, :len_k] = attention_probs_ref(
+                q[None, cu_q[b]:cu_q[b + 1]], k[None, cu_k[b]:cu_k[b] + len_k], alibi_slopes=slopes, **mods)[0]
+    if not dropout_p:
+        return probs
+    keep = dropout_mask(rng_state, dropout_p, batch, q.size(-2), probs.size(-2), probs.size(-1), cu_seqlens_q,
+                        cu_seqlens_k)
+    return torch.where(keep, probs, -probs)
 
 
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
@@ -62,11 +97,16 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     if varlen:
         V.require_cu_seqlens(cu_seqlens_q, cu_seqlens_k)
     V.check_qkv(q, k, v, varlen)
-    V.check_not_implemented(dropout_p, block_table)
-    # window_size, softcap and alibi_slopes are checked by fwd, after the varlen arguments.
-    out, lse = _FlashAttnFunc.apply(q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                    max_seqlen_k, bool(deterministic), window_size, softcap, alibi_slopes, seqused_k)
-    return (out, lse, None) if return_attn_probs else out
+    V.check_not_implemented(block_table)
+    # window_size, softcap, alibi_slopes and dropout_p are checked by fwd, after the varlen arguments.
+    out, lse, rng_state = _FlashAttnFunc.apply(q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k,
+                                               max_seqlen_q, max_seqlen_k, bool(deterministic), window_size, softcap,
+                                               alibi_slopes, seqused_k, dropout_p)
+    if not return_attn_probs:
+        return out
+    probs = _attn_probs(q.detach(), k.detach(), cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                        rng_state, softmax_scale, causal, window_size, softcap, alibi_slopes, seqused_k)
+    return out, lse, probs
 
 
 def _unpack(packed, dim, n, name):
@@ -79,7 +119,10 @@ def _unpack(packed, dim, n, name):
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                     softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """q: (batch, seqlen_q, nheads, d); k, v: (batch, seqlen_k, nheads_k, d). Returns out like q,
-    or (out, softmax_lse, None) with return_attn_probs."""
+    or with return_attn_probs (out, softmax_lse, probs): probs float32 (batch, nheads, seqlen_q,
+    seqlen_k), the entries dropout dropped negated (for tests: recomputed in O(seqlen^2) memory).
+    dropout_p drops attention probabilities (training) with torch's CUDA generator: torch.manual_seed
+    reproduces a run, and the backward redraws the same mask."""
     return _attention(q, k, v, None, None, None, None, dropout_p, softmax_scale, causal, window_size, softcap,
                       alibi_slopes, deterministic, return_attn_probs)
 

@@ -146,7 +146,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                   block_table, num_splits)
     capacity = block_table.size(1) * k_cache.size(1) if block_table is not None else k_cache.size(1)
     _ops._require_kernel(q.dtype, q.size(-1), causal,
-                         mods=_ops.has_score_mods(window_size, softcap, alibi_slopes, causal, capacity))
+                         variant=_ops.kernel_variant(window_size, softcap, alibi_slopes, causal, capacity))
     if softmax_scale is None:
         softmax_scale = q.size(-1) ** -0.5
     batch = q.size(0)

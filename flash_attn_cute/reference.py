@@ -17,7 +17,7 @@ import math
 
 import torch
 
-__all__ = ["attention_ref", "attention_varlen_ref", "rotary_ref"]
+__all__ = ["attention_probs_ref", "attention_ref", "attention_varlen_ref", "rotary_ref"]
 
 
 def _compute_dtype(dtype, upcast):
@@ -28,7 +28,7 @@ def _compute_dtype(dtype, upcast):
 
 
 def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, reorder_ops=False, window_size=(-1, -1),
-                  softcap=0.0, alibi_slopes=None):
+                  softcap=0.0, alibi_slopes=None, dropout_p=0.0, dropout_mask=None):
     """Reference attention for padded (batch, seqlen, nheads, d) tensors.
 
     Args:
@@ -50,26 +50,45 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, reorde
             to the (scaled, capped) score of query i and key j, or, causal without a left window,
             slope * j: flash-attn 2.x's kernel convention (the same output, as the two differ by a
             constant per row; the LSE carries that constant).
+        dropout_p, dropout_mask: dropout of the probabilities: bool (batch, nheads, seqlen_q,
+            seqlen_k), True where kept; kept probabilities are scaled by 1 / (1 - dropout_p). The
+            LSE is that of the probabilities before dropout.
 
     Returns:
         (out, lse): out (batch, seqlen_q, nheads, d_v); lse (batch, nheads, seqlen_q)
         float32, +inf for rows that see no key.
     """
     assert q.dim() == k.dim() == v.dim() == 4, "expected (batch, seqlen, nheads, d) tensors"
+    assert v.shape[:3] == k.shape[:3], "k and v must share (batch, seqlen_k, nheads_k)"
+    dtype = _compute_dtype(q.dtype, upcast)
+    attn, lse = _probs(q.to(dtype), k.to(dtype), causal, softmax_scale, reorder_ops, window_size, softcap, alibi_slopes)
+    if dropout_mask is not None:
+        attn = attn.masked_fill(~dropout_mask, 0.0) / (1 - dropout_p)
+    groups = q.shape[2] // k.shape[2]
+    v = v.to(dtype).repeat_interleave(groups, dim=2)  # GQA/MQA: kv head h // groups serves query head h
+    out = torch.einsum("bhts,bshd->bthd", attn.to(v.dtype), v)
+    return out, lse
+
+
+def attention_probs_ref(q, k, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
+                        alibi_slopes=None):
+    """The attention probabilities of :func:`attention_ref` in float32: (batch, nheads, seqlen_q,
+    seqlen_k), rows that see no key all 0."""
+    dtype = _compute_dtype(q.dtype, True)
+    return _probs(q.to(dtype), k.to(dtype), causal, softmax_scale, False, window_size, softcap, alibi_slopes)[0]
+
+
+def _probs(q, k, causal, softmax_scale, reorder_ops, window_size, softcap, alibi_slopes):
+    """(softmax probabilities (batch, nheads, seqlen_q, seqlen_k), lse) in q's dtype (lse float32)."""
     batch, seqlen_q, nheads, d = q.shape
     _, seqlen_k, nheads_k, _ = k.shape
-    assert k.shape[0] == v.shape[0] == batch and k.shape[3] == d
-    assert v.shape[1] == seqlen_k and v.shape[2] == nheads_k
+    assert k.shape[0] == batch and k.shape[3] == d
     assert nheads % nheads_k == 0, "nheads must be a multiple of nheads_k"
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(d)
-
-    dtype = _compute_dtype(q.dtype, upcast)
-    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     groups = nheads // nheads_k
     if groups > 1:  # GQA/MQA: kv head h // groups serves query head h
         k = k.repeat_interleave(groups, dim=2)
-        v = v.repeat_interleave(groups, dim=2)
 
     if reorder_ops:
         scores = torch.einsum("bthd,bshd->bhts", q * softmax_scale, k)
@@ -104,22 +123,23 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, reorde
     # and zero its probabilities, so the output and every gradient of such a row are exactly 0.
     empty = row_empty.view(1, 1, -1, 1)
     attn = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
-    out = torch.einsum("bhts,bshd->bthd", attn.to(v.dtype), v)
-    return out, lse
+    return attn, lse
 
 
 def attention_varlen_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False,
                          softmax_scale=None, upcast=True, reorder_ops=False, window_size=(-1, -1), softcap=0.0,
-                         alibi_slopes=None):
+                         alibi_slopes=None, dropout_p=0.0, dropout_mask=None):
     """Reference attention for packed variable-length batches.
 
     Args:
         q: (total_q, nheads, d); k: (total_k, nheads_k, d); v: (total_k, nheads_k, d_v).
         cu_seqlens_q, cu_seqlens_k: int32 (batch + 1,) cumulative sequence offsets.
             Sequences of length 0 (either side) are allowed.
-        causal, softmax_scale, upcast, reorder_ops, window_size, softcap, alibi_slopes: as in
-            :func:`attention_ref`, applied per sequence (bottom-right aligned per sequence;
+        causal, softmax_scale, upcast, reorder_ops, window_size, softcap, alibi_slopes, dropout_p:
+            as in :func:`attention_ref`, applied per sequence (bottom-right aligned per sequence;
             (batch, nheads) slopes give sequence b row b).
+        dropout_mask: bool (batch, nheads, max_seqlen_q, max_seqlen_k); sequence b uses
+            dropout_mask[b, :, :seqlen_q_b, :seqlen_k_b].
 
     Returns:
         (out, lse): out (total_q, nheads, d_v); lse (nheads, total_q) float32
@@ -138,9 +158,11 @@ def attention_varlen_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False,
         if q1 == q0:
             continue
         slopes = alibi_slopes if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes[b:b + 1]
+        mask = None if dropout_mask is None else dropout_mask[b:b + 1, :, :q1 - q0, :k1 - k0]
         o_b, lse_b = attention_ref(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], causal=causal,
                                    softmax_scale=softmax_scale, upcast=upcast, reorder_ops=reorder_ops,
-                                   window_size=window_size, softcap=softcap, alibi_slopes=slopes)
+                                   window_size=window_size, softcap=softcap, alibi_slopes=slopes,
+                                   dropout_p=dropout_p, dropout_mask=mask)
         out[q0:q1] = o_b[0]
         lse[:, q0:q1] = lse_b[0]
     return out, lse

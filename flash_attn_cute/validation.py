@@ -165,10 +165,27 @@ def check_device(**tensors):
               "flash_attn_cute needs compute capability 8.0 or newer")
 
 
-def check_not_implemented(dropout_p=0.0, block_table=None):
+def check_dropout(dropout_p, rng_state=None, device=None):
+    """dropout_p: a number in [0, 1). With rng_state (the backward, dropout_mask): the forward's int64
+    (2,) tensor on `device`, required when dropout_p > 0."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float, torch.SymInt, torch.SymFloat)) \
+            or not 0 <= dropout_p < 1:
+        _fail(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
+    if device is None and rng_state is None:
+        return
+    if dropout_p and rng_state is None:
+        _fail("dropout_p > 0 needs rng_state, the one the forward (fwd) returned")
+    if rng_state is not None:
+        _check_tensor("rng_state", rng_state)
+        if rng_state.dtype != torch.int64 or tuple(rng_state.shape) != (2,) or not rng_state.is_contiguous():
+            _fail(f"rng_state must be the forward's contiguous int64 tensor of shape (2,), got {rng_state.dtype} "
+                  f"{tuple(rng_state.shape)}")
+        if rng_state.device.type != "cuda" or (device is not None and rng_state.device != device):
+            _fail(f"rng_state is on {rng_state.device}; it must be on q's CUDA device")
+
+
+def check_not_implemented(block_table=None):
     """Features flash-attn 2.x has that this build does not yet: refuse, never ignore."""
-    if dropout_p:
-        raise NotImplementedError("flash_attn_cute: dropout_p > 0 is not implemented yet")
     if block_table is not None:
         raise NotImplementedError("flash_attn_cute: block_table (paged KV) in flash_attn_varlen_func is not "
                                   "implemented yet; flash_attn_with_kvcache takes paged caches")
