@@ -49,3 +49,12 @@ def backward():
 
 
 step("bwd", backward)
+
+
+def dropout():
+    q, k, v = (r(1, 256, 8, 128).requires_grad_() for _ in range(3))
+    fac.flash_attn_func(q, k, v, causal=True, dropout_p=0.1).sum().backward()
+    return q.grad
+
+
+step("dropout fwd + bwd", dropout)

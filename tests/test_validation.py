@@ -206,16 +206,23 @@ CALLS = {  # valid CPU inputs for each flash_attn_* function
     "varlen_qkvpacked": lambda **kw: fac.flash_attn_varlen_qkvpacked_func(t(T, 3, H, D), CU, 7, **kw),
     "varlen_kvpacked": lambda **kw: fac.flash_attn_varlen_kvpacked_func(t(T, H, D), t(T, 2, H, D), CU, CU, 7, 7, **kw),
 }
-FEATURES = {
-    "dropout": (dict(dropout_p=0.1), r"dropout_p > 0 is not implemented"),
-}
+BAD_DROPOUT = {"negative": -0.1, "one": 1.0, "above_one": 1.5, "nan": float("nan"), "string": "0.1", "bool": True}
 
 
-@pytest.mark.parametrize("feature", FEATURES)
+@pytest.mark.parametrize("value", BAD_DROPOUT, ids=list(BAD_DROPOUT))
 @pytest.mark.parametrize("fn", CALLS)
-def test_unsupported_features(fn, feature):
-    kw, msg = FEATURES[feature]
-    raises(msg, lambda: CALLS[fn](**kw), exc=NotImplementedError)
+def test_bad_dropout_p(fn, value):
+    raises(r"dropout_p must be a number in \[0, 1\)", lambda: CALLS[fn](dropout_p=BAD_DROPOUT[value]))
+
+
+def test_dropout_backward_needs_the_forwards_rng_state():
+    q, k, v = qkv()
+    out, lse = t(B, S, H, D), t(B, H, S, dtype=F32)
+    raises(r"dropout_p > 0 needs rng_state", lambda: fac.bwd(t(B, S, H, D), q, k, v, out, lse, dropout_p=0.1))
+    raises(r"rng_state must be the forward's contiguous int64 tensor of shape \(2,\)",
+           lambda: fac.bwd(t(B, S, H, D), q, k, v, out, lse, dropout_p=0.1, rng_state=torch.zeros(3, dtype=torch.int64)))
+    raises(r"rng_state is on cpu",
+           lambda: fac.dropout_mask(torch.zeros(2, dtype=torch.int64), 0.1, B, H, S, S))
 
 
 def test_block_table_unsupported():
@@ -359,12 +366,15 @@ def test_bwd_valid_inputs_reach_device_check():
                                                              max_seqlen_k=7))
 
 
-@pytest.mark.parametrize("window, causal, softcap, alibi, want", [
-    ((-1, -1), False, 0.0, False, False), ((-1, -1), True, 0.0, False, False), ((-1, 0), True, 0.0, False, False),
-    ((100, 0), True, 0.0, False, True), ((-1, 0), False, 0.0, False, True), ((500, 500), False, 0.0, False, False),
-    ((-1, -1), False, 30.0, False, True), ((-1, -1), True, 0.0, True, True)])
-def test_score_mod_kernel_choice(window, causal, softcap, alibi, want):
-    """Calls that need the softcap / ALiBi / local-window kernels (a side as long as the keys is no window)."""
-    from flash_attn_cute._ops import has_score_mods
+@pytest.mark.parametrize("window, causal, softcap, alibi, dropout_p, want", [
+    ((-1, -1), False, 0.0, False, 0.0, "plain"), ((-1, -1), True, 0.0, False, 0.0, "plain"),
+    ((-1, 0), True, 0.0, False, 0.0, "plain"), ((100, 0), True, 0.0, False, 0.0, "mods"),
+    ((-1, 0), False, 0.0, False, 0.0, "mods"), ((500, 500), False, 0.0, False, 0.0, "plain"),
+    ((-1, -1), False, 30.0, False, 0.0, "mods"), ((-1, -1), True, 0.0, True, 0.0, "mods"),
+    ((-1, -1), False, 0.0, False, 0.1, "dropout"), ((100, 0), True, 30.0, True, 0.5, "dropout")])
+def test_kernel_variant_choice(window, causal, softcap, alibi, dropout_p, want):
+    """Which instantiation a call needs: softcap / ALiBi / a local window take the score-mod kernels
+    (a side as long as the keys is no window), dropout the dropout kernels (which have the mods too)."""
+    from flash_attn_cute._ops import kernel_variant
     slopes = torch.ones(H, dtype=F32) if alibi else None
-    assert has_score_mods(window, softcap, slopes, causal, seqlen_k=500) is want
+    assert kernel_variant(window, softcap, slopes, causal, seqlen_k=500, dropout_p=dropout_p) == want

@@ -1,6 +1,6 @@
 // Host-side unit tests of the torch-free headers: the tile tables, the key-block range each query
-// block visits (and the backward's inverse), the visibility rule, BlockInfo's offsets and the
-// split-KV heuristic, ranges and combine math. Compiled by nvcc as host code only
+// block visits (and the backward's inverse), the visibility rule, BlockInfo's offsets, the
+// split-KV heuristic, ranges and combine math, and dropout's RNG and the MMA fragments it relies on. Compiled by nvcc as host code only
 // (mask.h pulls in CuTe, which only nvcc parses), no GPU needed.
 //
 //   test_host_units                    run every case
@@ -19,6 +19,9 @@
 #include <vector>
 
 #include "flash_attn_cute/block_info.h"
+#include "flash_attn_cute/bwd_kernel_traits.h"
+#include "flash_attn_cute/dropout.h"
+#include "flash_attn_cute/kernel_traits.h"
 #include "flash_attn_cute/rotary_copy.h"
 #include "flash_attn_cute/mask.h"
 #include "flash_attn_cute/params.h"
@@ -104,12 +107,14 @@ void test_tile_table() {
 
   // Tile shapes: M splits into 16-row MMA slabs per warp, N into 16-wide k-steps of P V, and the
   // Q tile plus the double-buffered K and V tiles (2 bytes an element) fit in 227 KB of smem.
-  for (int i = 0; i < 2 * n_dims; ++i) {
-    const int d = kFwdHeadDims[i / 2];
-    const bool causal = i % 2;
-    const FwdTileShape t = fwd_tile_shape(d, causal);
-    const std::string where =
-        fmt("hdim %d causal %d: tile (%d, %d, %d warps)", d, causal, t.block_m, t.block_n, t.n_warps);
+  // The score-mod / dropout tiles too; their block_n is a multiple of 32 (dropout's chunks).
+  for (int i = 0; i < 4 * n_dims; ++i) {
+    const int d = kFwdHeadDims[i / 4];
+    const bool causal = i % 2, work_per_score = (i / 2) % 2;
+    const FwdTileShape t = fwd_tile_shape(d, causal, work_per_score);
+    const std::string where = fmt("hdim %d causal %d per-score work %d: tile (%d, %d, %d warps)", d, causal,
+                                  work_per_score, t.block_m, t.block_n, t.n_warps);
+    CHECK(!work_per_score || t.block_n % 32 == 0, where + ": block_n % 32 != 0");
     CHECK(t.block_m > 0 && t.block_n > 0 && t.n_warps > 0, where + ": non-positive field");
     if (t.n_warps <= 0) continue;
     CHECK(t.block_m % (16 * t.n_warps) == 0, where + ": block_m % (16 * n_warps) != 0");
@@ -772,6 +777,97 @@ void test_block_info() {
 }
 
 // ----------------------------------------------------------------------------------------------
+// Dropout: Philox against its published answer, the keep threshold and kept fraction, and the
+// property the kernels rely on: in every tile's S fragment, each thread's (m, 4 g .. 4 g + 3)
+// entries are one 16 x 32 chunk of one lane, with byte 4 * nn + v at (v, m, 4 g + nn).
+
+void test_dropout_rng() {
+  // Random123's known-answer vector for Philox-4x32-10 with a zero counter and key.
+  const Philox4 zero = philox<10>({0, 0, 0, 0}, {0, 0});
+  CHECK(zero.x == 0x6627e8d5u && zero.y == 0xe169c58du && zero.z == 0xbc57ac4cu && zero.w == 0x9b00dbd8u,
+        "philox4x32-10 of zeros is Random123's 6627e8d5 e169c58d bc57ac4c 9b00dbd8");
+  CHECK_EQ(dropout_threshold(0.f), 256u, "p = 0 keeps every byte");
+  CHECK_EQ(dropout_threshold(0.1f), 230u, "p = 0.1: round(0.9 * 256)");
+  CHECK_EQ(dropout_threshold(0.5f), 128u, "p = 0.5");
+  CHECK_EQ(dropout_threshold(0.9999f), 0u, "p near 1 drops every byte");
+  for (float p : {0.1f, 0.3f, 0.5f, 0.9f}) {
+    const DropoutRng rng(0x1234567887654321ull, 8, dropout_threshold(p));
+    long kept = 0, total = 0;
+    for (uint32_t bh = 0; bh < 4; ++bh) {
+      for (int i = 0; i < 200; ++i) {
+        for (int j = 0; j < 300; ++j, ++total) kept += rng.keep(bh, i, j);
+      }
+    }
+    const double fraction = double(kept) / double(total);
+    CHECK(std::fabs(fraction - (1.0 - p)) < 0.01, "kept fraction " + std::to_string(fraction) + " for p " +
+                                                       std::to_string(p));
+  }
+  // Another offset, head or seed gives another mask.
+  const DropoutRng a(7, 0, 128), b(7, 4, 128), c(8, 0, 128);
+  long same_offset = 0, same_head = 0, same_seed = 0, n = 0;
+  for (int i = 0; i < 64; ++i) {
+    for (int j = 0; j < 64; ++j, ++n) {
+      same_offset += a.keep(0, i, j) == b.keep(0, i, j);
+      same_head += a.keep(0, i, j) == a.keep(1, i, j);
+      same_seed += a.keep(0, i, j) == c.keep(0, i, j);
+    }
+  }
+  for (long same : {same_offset, same_head, same_seed}) {
+    CHECK(same > n / 2 - n / 10 && same < n / 2 + n / 10, "independent masks agree on about half the entries");
+  }
+}
+
+// Every thread's S fragment of one tiled MMA over a (kM, kN) tile, as dropout.h expects.
+template <class TiledMma, int kM, int kN>
+void check_dropout_fragments(const char* what) {
+  TiledMma mma;
+  std::vector<int> owners(kM * kN, 0);
+  long bad = 0;
+  for (int tid = 0; tid < int(size(mma)); ++tid) {
+    Tensor tScS = mma.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<kM>, Int<kN>>{}));
+    for (int m = 0; m < int(size<1>(tScS)); ++m) {
+      for (int g = 0; g < int(size<2>(tScS)) / 4; ++g) {
+        const int r0 = get<0>(tScS(0, m, 4 * g)), c0 = get<1>(tScS(0, m, 4 * g));
+        for (int nn = 0; nn < 4; ++nn) {
+          for (int v = 0; v < 4; ++v) {
+            const int r = get<0>(tScS(v, m, 4 * g + nn)), c = get<1>(tScS(v, m, 4 * g + nn));
+            owners[r * kN + c] += 1;
+            const bool same_chunk = r / 16 == r0 / 16 && c / 32 == c0 / 32;
+            const bool same_lane = (r % 8) * 4 + (c % 8) / 2 == (r0 % 8) * 4 + (c0 % 8) / 2;
+            const bool byte_ok = (c % 32) / 8 == nn && ((r % 16) / 8) * 2 + c % 2 == v;
+            bad += !(same_chunk && same_lane && byte_ok);
+          }
+        }
+      }
+    }
+  }
+  CHECK_EQ(bad, 0L, std::string(what) + ": entries outside their lane's 16 x 32 chunk or byte");
+  CHECK(std::all_of(owners.begin(), owners.end(), [](int o) { return o == 1; }),
+        std::string(what) + ": every entry of the tile is in exactly one fragment");
+}
+
+template <int kHeadDim>
+void check_dropout_fragments_hdim() {
+  using Fwd = FwdKernelTraits<kHeadDim, false, cutlass::bfloat16_t, false, true>;  // the dropout kernels' tiles
+  using FwdCausal = FwdKernelTraits<kHeadDim, true, cutlass::bfloat16_t, false, true>;
+  using Bwd = BwdKernelTraits<kHeadDim, cutlass::bfloat16_t>;
+  const std::string d = std::to_string(kHeadDim);
+  check_dropout_fragments<typename Fwd::TiledMma, Fwd::kBlockM, Fwd::kBlockN>(("fwd hdim " + d).c_str());
+  check_dropout_fragments<typename FwdCausal::TiledMma, FwdCausal::kBlockM, FwdCausal::kBlockN>(
+      ("fwd causal hdim " + d).c_str());
+  check_dropout_fragments<typename Bwd::TiledMmaSdP, Bwd::kBlockM, Bwd::kBlockN>(("bwd S / dP hdim " + d).c_str());
+}
+
+void test_dropout_layout() {
+  check_dropout_fragments_hdim<32>();
+  check_dropout_fragments_hdim<64>();
+  check_dropout_fragments_hdim<96>();
+  check_dropout_fragments_hdim<128>();
+  check_dropout_fragments_hdim<192>();
+  check_dropout_fragments_hdim<256>();
+}
+
+// ----------------------------------------------------------------------------------------------
 
 struct Case {
   const char* name;
@@ -788,6 +884,8 @@ const Case kCases[] = {
     {"split_range", test_split_range},
     {"split_combine", test_split_combine},
     {"block_info", test_block_info},
+    {"dropout_rng", test_dropout_rng},
+    {"dropout_layout", test_dropout_layout},
 };
 
 }  // namespace
