@@ -16,9 +16,20 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
                std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
                int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
                int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes,
-               std::optional<at::Tensor> const& seqused_k, double dropout_p, std::optional<at::Tensor> const& rng_state) {
+               std::optional<at::Tensor> const& seqused_k, double dropout_p, std::optional<at::Tensor> const& rng_state,
+               std::optional<at::Tensor> const& block_table) {
   const ScoreMods mods{window_left, window_right, softcap, alibi_slopes, dropout_p};
-  Problem p = check_problem(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+  // A paged K / V (varlen only): (pages, page_size, heads_k, dim) read through block_table (batch,
+  // pages per sequence); cu_seqlens_k then only gives the lengths. The problem checks see one page.
+  const bool paged = block_table.has_value();
+  TORCH_CHECK(!paged || (cu_seqlens_k.has_value() && k.dim() == 4 && k.sizes() == v.sizes() && k.size(0) > 0),
+              "flash_attn_cute: block_table needs the varlen form and k, v of shape (pages, page_size, nheads_k, "
+              "headdim)");
+  Problem p = check_problem(q, paged ? k[0] : k, paged ? v[0] : v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                            max_seqlen_k);
+  TORCH_CHECK(!paged || dropout_p == 0.0, "flash_attn_cute: a paged K / V (block_table) takes no dropout");
+  TORCH_CHECK(!paged || p.seqlen_k <= check_block_table(*block_table, q, p.batch, k.size(1)),
+              "flash_attn_cute: max_seqlen_k is more keys than a block_table row's pages hold");
   check_built(p, mods, causal, q);
 
   c10::cuda::CUDAGuard device_guard(q.device());
@@ -39,6 +50,7 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
   set_score_mods(params, rows.unpacked, mods, causal && !rows.packed, q);
   set_seqused_k(params, p, seqused_k, q);
   set_dropout(params, mods, rng_state, q, false);
+  if (paged) set_paged_kv(params, *block_table, k, v);
   // Split-KV where the grid alone would leave SMs idle (few query row blocks, many key blocks).
   const std::vector<at::Tensor> split_buffers = choose_splits(params, p, lse, 0);
   const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());

@@ -97,6 +97,26 @@ TensorView view_of(at::Tensor const& t, bool varlen) {
   return view;
 }
 
+int64_t check_block_table(at::Tensor const& block_table, at::Tensor const& q, int64_t batch, int64_t page_size) {
+  TORCH_CHECK(block_table.scalar_type() == at::kInt && block_table.dim() == 2 && block_table.size(0) == batch &&
+                  block_table.device() == q.device() && block_table.stride(-1) == 1,
+              "flash_attn_cute: block_table must be a contiguous-rows int32 (batch, pages per sequence) tensor on q's "
+              "device");
+  TORCH_CHECK(page_size > 0 && page_size % 16 == 0, "flash_attn_cute: the page size must be a positive multiple of 16");
+  const int64_t capacity = block_table.size(1) * page_size;
+  TORCH_CHECK(capacity < (int64_t(1) << 31), "flash_attn_cute: the block table holds too many rows per sequence");
+  return capacity;
+}
+
+void set_paged_kv(FwdParams& params, at::Tensor const& block_table, at::Tensor const& k, at::Tensor const& v) {
+  params.k = view_of(k, false);
+  params.v = view_of(v, false);
+  params.kv_batch = int(k.size(0));
+  params.block_table = block_table.data_ptr<int>();
+  params.block_table_batch_stride = block_table.stride(0);
+  params.page_size = int(k.size(1));
+}
+
 std::vector<int64_t> lse_shape(Problem const& p) {
   if (p.varlen) return {p.heads, p.total_q};
   return {p.batch, p.heads, p.seqlen_q};

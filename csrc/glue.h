@@ -75,6 +75,13 @@ void set_dropout(FwdParams& params, ScoreMods const& mods, std::optional<at::Ten
 void set_seqused_k(FwdParams& params, Problem const& p, std::optional<at::Tensor> const& seqused_k,
                    at::Tensor const& q);
 
+// A paged K / V's block table: int32 (batch, pages per sequence) on q's device, with a contiguous
+// last dim; page_size a positive multiple of 16. Returns the keys a sequence can hold.
+int64_t check_block_table(at::Tensor const& block_table, at::Tensor const& q, int64_t batch, int64_t page_size);
+
+// Points params.k / v at a paged cache (pages, page_size, heads_k, dim) read through block_table.
+void set_paged_kv(FwdParams& params, at::Tensor const& block_table, at::Tensor const& k, at::Tensor const& v);
+
 // softmax_lse's shape for a problem.
 std::vector<int64_t> lse_shape(Problem const& p);
 

@@ -118,8 +118,7 @@ at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tenso
               "flash_attn_cute: head dim must be a multiple of 8 in [8, ", num(kMaxHeadDim), "]");
   TORCH_CHECK(p.heads_k > 0 && p.heads % p.heads_k == 0, "flash_attn_cute: nheads must be a multiple of nheads_k");
   TORCH_CHECK(p.batch <= 65535 && p.heads <= 65535, "flash_attn_cute: batch and nheads must be at most 65535");
-  int const* block_table_ptr = int_ptr(block_table, q, p.batch, 2, "block_table");
-  p.seqlen_k = block_table_ptr ? block_table->size(1) * k_cache.size(1) : k_cache.size(1);
+  p.seqlen_k = block_table ? check_block_table(*block_table, q, p.batch, k_cache.size(1)) : k_cache.size(1);
   TORCH_CHECK(p.seqlen_k < (int64_t(1) << 31), "flash_attn_cute: the cache holds too many rows per sequence");
   check_built(p, mods, causal, q);
 
@@ -135,15 +134,11 @@ at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tenso
   params.leftpad_k = int_ptr(leftpad_k, q, p.batch, 1, "cache_leftpad");
   params.kv_batch_idx = int_ptr(kv_batch_idx, q, p.batch, 1, "cache_batch_idx");
   params.kv_batch = int(k_cache.size(0));
-  TORCH_CHECK(params.kv_batch_idx || block_table_ptr || k_cache.size(0) == p.batch,
+  TORCH_CHECK(params.kv_batch_idx || block_table || k_cache.size(0) == p.batch,
               "flash_attn_cute: k_cache batch must equal q batch (or give cache_batch_idx / block_table)");
-  TORCH_CHECK(!block_table_ptr || (!params.leftpad_k && !params.kv_batch_idx),
+  TORCH_CHECK(!block_table || (!params.leftpad_k && !params.kv_batch_idx),
               "flash_attn_cute: a paged cache (block_table) takes neither cache_leftpad nor cache_batch_idx");
-  if (block_table_ptr) {
-    params.block_table = block_table_ptr;
-    params.block_table_batch_stride = block_table->stride(0);
-    params.page_size = int(k_cache.size(1));
-  }
+  if (block_table) set_paged_kv(params, *block_table, k_cache, v_cache);
   TORCH_CHECK(num_splits >= 0, "flash_attn_cute: num_splits must be >= 0");
   const std::vector<at::Tensor> split_buffers = choose_splits(params, p, rows.lse, num_splits);
   const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());

@@ -64,7 +64,8 @@ def _require_kernel(dtype, head_dim, causal, pass_="forward", variant="plain"):
 if _C is not None:
     @torch.library.register_fake("flash_attn_cute::fwd")
     def _fwd_fake(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                  window_size_left, window_size_right, softcap, alibi_slopes, seqused_k, dropout_p, rng_state):
+                  window_size_left, window_size_right, softcap, alibi_slopes, seqused_k, dropout_p, rng_state,
+                  block_table):
         if cu_seqlens_q is not None:
             return q.new_empty((q.size(1), q.size(0)), dtype=torch.float32)
         return q.new_empty((q.size(0), q.size(2), q.size(1)), dtype=torch.float32)
@@ -112,7 +113,7 @@ def _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes):
 
 def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, cu_seqlens_k=None,
         max_seqlen_q=None, max_seqlen_k=None, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, seqused_k=None,
-        dropout_p=0.0):
+        dropout_p=0.0, block_table=None):
     """Low-level forward: returns (out, softmax_lse), and with dropout_p > 0 (out, softmax_lse,
     rng_state).
 
@@ -125,18 +126,26 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     (batch,)) keeps only the first seqused_k[b] keys of sequence b. dropout_p drops each attention
     probability with that probability (scaling the kept ones by 1 / (1 - p)), drawing from torch's
     CUDA generator; rng_state (int64 (2,): seed, offset) is what `bwd` and `dropout_mask` need to
-    redraw the same mask.
+    redraw the same mask. block_table (varlen only, forward only): k and v are a paged cache
+    (num_blocks, page_size, nheads_k, d) and sequence b's keys are its first cu_seqlens_k[b + 1] -
+    cu_seqlens_k[b] rows through pages block_table[b] (int32 (batch, max_blocks_per_seq)).
     """
-    V.check_qkv(q, k, v, cu_seqlens_q is not None or cu_seqlens_k is not None)
+    if block_table is None:
+        V.check_qkv(q, k, v, cu_seqlens_q is not None or cu_seqlens_k is not None)
+    else:
+        V.check_paged_kv(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+        if dropout_p:
+            V._fail("a paged K / V (block_table) takes no dropout (it is for inference)")
     _check_aligned_head_dim(q, "fwd")
-    max_seqlen_q, max_seqlen_k = _check_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    if block_table is None:
+        max_seqlen_q, max_seqlen_k = _check_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     V.check_like("q", q, out=out)
     window = _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes)
     V.check_seqused_k(seqused_k, cu_seqlens_k)
     V.check_dropout(dropout_p)
     tensors = dict(q=q, k=k, v=v, out=out)
     V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
-    V.check_device(**tensors, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
+    V.check_device(**tensors, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, block_table=block_table)
     _require_kernel(q.dtype, q.size(-1), bool(causal),
                     variant=kernel_variant(window, softcap, alibi_slopes, causal, max_seqlen_k, dropout_p))
     if softmax_scale is None:
@@ -146,7 +155,7 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     rng_state = torch.empty(2, dtype=torch.int64, device=q.device) if dropout_p else None
     lse = torch.ops.flash_attn_cute.fwd(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                         float(softmax_scale), bool(causal), *window, float(softcap), alibi_slopes,
-                                        seqused_k, float(dropout_p), rng_state)
+                                        seqused_k, float(dropout_p), rng_state, block_table)
     return (out, lse, rng_state) if dropout_p else (out, lse)
 
 

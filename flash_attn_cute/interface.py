@@ -65,9 +65,9 @@ class _FlashAttnFunc(torch.autograd.Function):
 
 def _attn_probs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, rng_state, softmax_scale,
                 causal, window_size, softcap, alibi_slopes, seqused_k):
-    """return_attn_probs: the attention probabilities (float32 (batch, nheads, seqlen_q, seqlen_k),
-    recomputed in float32, zero past each sequence's lengths) with the entries dropout dropped
-    negated. For tests: O(seqlen^2) memory, and varlen reads cu_seqlens on the host."""
+    """return_attn_probs with dropout: the attention probabilities (float32 (batch, nheads, seqlen_q,
+    seqlen_k), recomputed in float32, zero past each sequence's lengths) with the entries dropout
+    dropped negated. For tests: O(seqlen^2) memory, and varlen reads cu_seqlens on the host."""
     mods = dict(causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap)
     if cu_seqlens_q is None:
         probs = attention_probs_ref(q, k, alibi_slopes=alibi_slopes, **mods)
@@ -96,17 +96,36 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
                varlen=False, seqused_k=None):
     if varlen:
         V.require_cu_seqlens(cu_seqlens_q, cu_seqlens_k)
+    if block_table is not None:
+        return _paged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                                softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs,
+                                block_table, seqused_k)
     V.check_qkv(q, k, v, varlen)
-    V.check_not_implemented(block_table)
     # window_size, softcap, alibi_slopes and dropout_p are checked by fwd, after the varlen arguments.
     out, lse, rng_state = _FlashAttnFunc.apply(q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k,
                                                max_seqlen_q, max_seqlen_k, bool(deterministic), window_size, softcap,
                                                alibi_slopes, seqused_k, dropout_p)
     if not return_attn_probs:
         return out
+    if not dropout_p:
+        return out, lse, None
     probs = _attn_probs(q.detach(), k.detach(), cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                         rng_state, softmax_scale, causal, window_size, softcap, alibi_slopes, seqused_k)
     return out, lse, probs
+
+
+def _paged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                     causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table, seqused_k):
+    """flash_attn_varlen_func over a paged K / V: forward only, like flash-attn 2.x."""
+    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in (q, k, v)):
+        raise NotImplementedError("flash_attn_cute: flash_attn_varlen_func with block_table (a paged K / V) has no "
+                                  "backward, as in flash-attn 2.x: call it under torch.no_grad() or with tensors "
+                                  "that do not require grad")
+    out, lse = fwd(q, k, v, softmax_scale=softmax_scale, causal=causal, cu_seqlens_q=cu_seqlens_q,
+                   cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                   window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, seqused_k=seqused_k,
+                   dropout_p=dropout_p, block_table=block_table)
+    return (out, lse, None) if return_attn_probs else out
 
 
 def _unpack(packed, dim, n, name):
@@ -119,8 +138,9 @@ def _unpack(packed, dim, n, name):
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                     softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """q: (batch, seqlen_q, nheads, d); k, v: (batch, seqlen_k, nheads_k, d). Returns out like q,
-    or with return_attn_probs (out, softmax_lse, probs): probs float32 (batch, nheads, seqlen_q,
-    seqlen_k), the entries dropout dropped negated (for tests: recomputed in O(seqlen^2) memory).
+    or with return_attn_probs (out, softmax_lse, probs): with dropout_p > 0, probs is float32 (batch,
+    nheads, seqlen_q, seqlen_k) with the entries dropout dropped negated (for tests: recomputed in
+    O(seqlen^2) memory); None without dropout, as in flash-attn 2.x.
     dropout_p drops attention probabilities (training) with torch's CUDA generator: torch.manual_seed
     reproduces a run, and the backward redraws the same mask."""
     return _attention(q, k, v, None, None, None, None, dropout_p, softmax_scale, causal, window_size, softcap,
@@ -149,7 +169,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            seqused_k=None):
     """q: (total_q, nheads, d); k, v: (total_k, nheads_k, d); cu_seqlens_*: int32 (batch + 1).
     softmax_lse is (nheads, total_q). seqused_k (int32 (batch,), an extension of flash-attn 2.x's
-    low-level API): sequence b attends to only the first seqused_k[b] of its keys."""
+    low-level API): sequence b attends to only the first seqused_k[b] of its keys. block_table (int32
+    (batch, max_blocks_per_seq)): k, v are a paged cache (num_blocks, page_size, nheads_k, d), page
+    size a multiple of 16, and sequence b's cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys sit in pages
+    block_table[b]; forward only, as in flash-attn 2.x."""
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
                       causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table,
                       varlen=True, seqused_k=seqused_k)

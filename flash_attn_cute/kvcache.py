@@ -9,7 +9,6 @@ import torch
 from . import _ops
 from . import validation as V
 
-MIN_PAGE_SIZE = 16  # pages hold whole 16-row MMA slabs
 MAX_SPLITS = 128  # include/flash_attn_cute/split_kv.h: kMaxSplits
 
 
@@ -44,21 +43,10 @@ def check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
                 "(the cache is updated in place, so it cannot be padded)")
 
     if block_table is not None:
-        V._check_tensor("block_table", block_table)
-        if block_table.dtype != torch.int32 or block_table.dim() != 2 or block_table.size(0) != batch:
-            V._fail(f"block_table must be an int32 tensor of shape (batch={batch}, max_blocks_per_seq), got "
-                    f"{block_table.dtype} {tuple(block_table.shape)}")
-        page_size = k_cache.size(1)
-        if page_size % MIN_PAGE_SIZE or page_size == 0:
-            V._fail(f"the paged cache's page size (k_cache.size(1) = {page_size}) must be a positive multiple of "
-                    f"{MIN_PAGE_SIZE}")
+        capacity = V.check_block_table(block_table, batch, k_cache, "k_cache")
         for name, t in (("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad)):
             if t is not None:
                 V._fail(f"{name} cannot be combined with block_table (a paged cache)")
-        capacity = block_table.size(1) * page_size
-        if block_table.device.type == "cpu" and block_table.numel() and not torch.compiler.is_compiling():
-            if bool((block_table < 0).any()) or bool((block_table >= k_cache.size(0)).any()):
-                V._fail(f"block_table entries must be page indices in [0, {k_cache.size(0)})")
     else:
         capacity = k_cache.size(1)
         if cache_batch_idx is None and k_cache.size(0) != batch:

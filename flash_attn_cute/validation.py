@@ -113,10 +113,12 @@ def require_cu_seqlens(cu_seqlens_q, cu_seqlens_k):
         _fail("varlen needs both cu_seqlens_q and cu_seqlens_k")
 
 
-def check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+def check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_k=None):
+    """total_k: the key rows cu_seqlens_k may span (k.size(0); a paged K / V's batch * capacity)."""
+    total_k = k.size(0) if total_k is None else total_k
     require_cu_seqlens(cu_seqlens_q, cu_seqlens_k)
     check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.size(0))
-    check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.size(0))
+    check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, total_k)
     if cu_seqlens_q.numel() != cu_seqlens_k.numel():
         _fail(f"cu_seqlens_q ({cu_seqlens_q.numel()}) and cu_seqlens_k ({cu_seqlens_k.numel()}) "
               "must have the same length (batch + 1)")
@@ -124,7 +126,7 @@ def check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
         if not isinstance(value, int) or value < 0:
             _fail(f"{name} must be a non-negative int, got {value!r}")
     _check_cu_seqlens_values("cu_seqlens_q", cu_seqlens_q, q.size(0), "max_seqlen_q", max_seqlen_q)
-    _check_cu_seqlens_values("cu_seqlens_k", cu_seqlens_k, k.size(0), "max_seqlen_k", max_seqlen_k)
+    _check_cu_seqlens_values("cu_seqlens_k", cu_seqlens_k, total_k, "max_seqlen_k", max_seqlen_k)
 
 
 def check_like(ref_name, ref, **tensors):
@@ -184,11 +186,49 @@ def check_dropout(dropout_p, rng_state=None, device=None):
             _fail(f"rng_state is on {rng_state.device}; it must be on q's CUDA device")
 
 
-def check_not_implemented(block_table=None):
-    """Features flash-attn 2.x has that this build does not yet: refuse, never ignore."""
-    if block_table is not None:
-        raise NotImplementedError("flash_attn_cute: block_table (paged KV) in flash_attn_varlen_func is not "
-                                  "implemented yet; flash_attn_with_kvcache takes paged caches")
+MIN_PAGE_SIZE = 16  # pages hold whole 16-row MMA slabs
+
+
+def check_block_table(block_table, batch, pages, pages_name):
+    """A paged K / V: block_table int32 (batch, max_blocks_per_seq) of page indices into `pages`
+    (num_blocks, page_size, nheads_k, headdim), page_size a positive multiple of 16. Entries are
+    range-checked when block_table is on the CPU. Returns the keys one sequence can hold."""
+    _check_tensor("block_table", block_table)
+    if block_table.dtype != torch.int32 or block_table.dim() != 2 or block_table.size(0) != batch:
+        _fail(f"block_table must be an int32 tensor of shape (batch={batch}, max_blocks_per_seq), got "
+              f"{block_table.dtype} {tuple(block_table.shape)}")
+    if block_table.stride(-1) != 1:
+        _fail("block_table must have a contiguous last dimension")
+    page_size = pages.size(1)
+    if page_size % MIN_PAGE_SIZE or page_size == 0:
+        _fail(f"the paged cache's page size ({pages_name}.size(1) = {page_size}) must be a positive multiple of "
+              f"{MIN_PAGE_SIZE}")
+    if block_table.device.type == "cpu" and block_table.numel() and not torch.compiler.is_compiling():
+        if bool((block_table < 0).any()) or bool((block_table >= pages.size(0)).any()):
+            _fail(f"block_table entries must be page indices in [0, {pages.size(0)})")
+    return block_table.size(1) * page_size
+
+
+def check_paged_kv(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """flash_attn_varlen_func's paged K / V: q (total_q, nheads, d), k / v (num_blocks, page_size,
+    nheads_k, d) read through block_table; cu_seqlens_k gives each sequence's key count."""
+    for name, t in (("k", k), ("v", v)):
+        _check_tensor(name, t)
+        if t.dim() != 4 or t.size(0) == 0:
+            _fail(f"with block_table, {name} must be 4-D (num_blocks, page_size, nheads_k, headdim) with at least one "
+                  f"block, got shape {tuple(t.shape)}")
+    check_qkv(q, k[0], v[0], True)  # one page: the dtype, head and head dim rules
+    if k.shape[:-1] != v.shape[:-1]:
+        _fail(f"k {tuple(k.shape)} and v {tuple(v.shape)} must agree in all but the last dimension")
+    if q.size(-1) % ALIGN_ELEMENTS:
+        _fail(f"with block_table the head dim must be a multiple of {ALIGN_ELEMENTS}, got {q.size(-1)} (a paged "
+              "cache is not padded)")
+    require_cu_seqlens(cu_seqlens_q, cu_seqlens_k)
+    batch = cu_seqlens_k.numel() - 1
+    capacity = check_block_table(block_table, batch, k, "k")
+    check_varlen(q, k[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_k=batch * capacity)
+    if max_seqlen_k > capacity:
+        _fail(f"max_seqlen_k ({max_seqlen_k}) is more keys than a block_table row's pages hold ({capacity})")
 
 
 def check_seqused_k(seqused_k, cu_seqlens_k):

@@ -234,3 +234,45 @@ def test_flash_attn_func_decode_uses_splits():
     ref_lowp, _ = attention_ref(q, k, v, upcast=False, reorder_ops=True)
     _assert_close_rule(out, ref, ref_lowp)
     _assert_lse_close(lse, lse_ref)
+
+
+@pytest.mark.parametrize("page_size", [16, 64, 256])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("mods", ["plain", "window", "softcap"])
+def test_varlen_paged_kv(page_size, causal, mods):
+    """flash_attn_varlen_func over a paged K / V (shuffled pages) against the reference on the same
+    keys gathered densely; sequences of every length, empty ones included."""
+    torch.manual_seed(5)
+    seqlens_q = [0, 17, 128, 1, 300, 0, 255, 3]
+    seqlens_k = [5, 0, 128, 77, 299, 0, 513, 1]
+    batch, nheads, nheads_k, d = len(seqlens_q), 8, 2, 128
+    pages_per_seq = max(-(-n // page_size) for n in seqlens_k)
+    num_pages = batch * pages_per_seq + 3
+    k_pages = _randn(num_pages, page_size, nheads_k, d, dtype=BF16)
+    v_pages = _randn(num_pages, page_size, nheads_k, d, dtype=BF16)
+    block_table = torch.randperm(num_pages, device="cuda")[:batch * pages_per_seq].view(batch, pages_per_seq).int()
+    cu_q = torch.tensor([0] + seqlens_q, device="cuda").cumsum(0).int()
+    cu_k = torch.tensor([0] + seqlens_k, device="cuda").cumsum(0).int()
+    q = _randn(int(cu_q[-1]), nheads, d, dtype=BF16)
+    kw = dict(causal=causal, window_size=(40, 7) if mods == "window" else (-1, -1),
+              softcap=20.0 if mods == "softcap" else 0.0)
+    out, lse, _ = fac.flash_attn_varlen_func(q, k_pages, v_pages, cu_q, cu_k, max(seqlens_q), max(seqlens_k),
+                                             block_table=block_table, return_attn_probs=True, **kw)
+    # max_seqlen_k beyond what a row of pages holds is refused (its keys would be cut).
+    with pytest.raises(ValueError, match="more keys than a block_table row"):
+        fac.flash_attn_varlen_func(q, k_pages, v_pages, cu_q, cu_k, max(seqlens_q), pages_per_seq * page_size + 1,
+                                   block_table=block_table)
+    for b in range(batch):
+        q0, q1 = cu_q[b].item(), cu_q[b + 1].item()
+        if q1 == q0:
+            continue
+        n = seqlens_k[b]
+        keys = k_pages[block_table[b].long()].flatten(0, 1)[:n].unsqueeze(0)
+        values = v_pages[block_table[b].long()].flatten(0, 1)[:n].unsqueeze(0)
+        ref, lse_ref = attention_ref(q[None, q0:q1], keys, values, **kw)
+        ref_lowp, _ = attention_ref(q[None, q0:q1], keys, values, upcast=False, reorder_ops=True, **kw)
+        try:
+            _assert_close_rule(out[q0:q1], ref[0], ref_lowp[0])
+            _assert_lse_close(lse[:, q0:q1], lse_ref[0])
+        except AssertionError as e:
+            raise AssertionError(f"sequence {b} ({q1 - q0} rows, {n} keys): {e}") from None

@@ -225,9 +225,48 @@ def test_dropout_backward_needs_the_forwards_rng_state():
            lambda: fac.dropout_mask(torch.zeros(2, dtype=torch.int64), 0.1, B, H, S, S))
 
 
-def test_block_table_unsupported():
-    raises(r"block_table \(paged KV\) in flash_attn_varlen_func is not implemented",
-           lambda: CALLS["varlen"](block_table=torch.zeros(3, 1, dtype=torch.int32)), exc=NotImplementedError)
+def _paged(pages=3, page_size=16, h=H, d=D, table=None):
+    """flash_attn_varlen_func over a paged K / V (CPU tensors: the checks run before the device one)."""
+    table = torch.zeros(len(CU) - 1, 2, dtype=torch.int32) if table is None else table
+    return lambda **kw: fac.flash_attn_varlen_func(t(T, H, D), t(pages, page_size, h, d), t(pages, page_size, h, d),
+                                                   CU, CU, 7, 7, block_table=table, **kw)
+
+
+PAGED = {
+    "k_not_4d": (lambda **kw: fac.flash_attn_varlen_func(*vqkv(), CU, CU, 7, 7, block_table=torch.zeros(
+        len(CU) - 1, 1, dtype=torch.int32), **kw), r"with block_table, k must be 4-D"),
+    "page_size": (_paged(page_size=8), r"page size \(k.size\(1\) = 8\) must be a positive multiple of 16"),
+    "table_dtype": (_paged(table=torch.zeros(len(CU) - 1, 2)), r"block_table must be an int32 tensor"),
+    "table_batch": (_paged(table=torch.zeros(7, 2, dtype=torch.int32)), r"block_table must be an int32 tensor"),
+    "page_out_of_range": (_paged(table=torch.full((len(CU) - 1, 2), 3, dtype=torch.int32)),
+                          r"block_table entries must be page indices in \[0, 3\)"),
+    "heads": (_paged(h=3), r"nheads \(4\) must be a multiple of nheads_k \(3\)"),
+    "dropout": (lambda **kw: _paged()(dropout_p=0.1, **kw), r"paged K / V \(block_table\) takes no dropout"),
+    "max_seqlen_k": (lambda **kw: fac.flash_attn_varlen_func(
+        t(T, H, D), t(3, 16, H, D), t(3, 16, H, D), CU, CU, 7, 33, block_table=torch.zeros(len(CU) - 1, 2,
+                                                                                         dtype=torch.int32)),
+        r"max_seqlen_k \(33\) is more keys than a block_table row's pages hold \(32\)"),
+    "head_dim": (lambda **kw: fac.flash_attn_varlen_func(
+        t(T, H, 60), t(3, 16, H, 60), t(3, 16, H, 60), CU, CU, 7, 7, block_table=torch.zeros(len(CU) - 1, 2,
+                                                                                           dtype=torch.int32)),
+        r"with block_table the head dim must be a multiple of 8"),
+    "table_stride": (_paged(table=torch.zeros(2, len(CU) - 1, dtype=torch.int32).t()),
+                     r"block_table must have a contiguous last dimension"),
+}
+
+
+@pytest.mark.parametrize("case", PAGED)
+def test_paged_varlen_bad_input(case):
+    fn, msg = PAGED[case]
+    raises(msg, fn)
+
+
+def test_paged_varlen_has_no_backward():
+    q = t(T, H, D).requires_grad_()
+    raises(r"block_table \(a paged K / V\) has no backward",
+           lambda: fac.flash_attn_varlen_func(q, t(3, 16, H, D), t(3, 16, H, D), CU, CU, 7, 7,
+                                              block_table=torch.zeros(len(CU) - 1, 2, dtype=torch.int32)),
+           exc=NotImplementedError)
 
 
 SCORE_MODS = {  # bad window / softcap / ALiBi arguments (2 sequences, or 3 in varlen; H heads)

@@ -41,7 +41,8 @@ struct BlockInfo {
     if (params.seqused_k) used = params.cu_seqlens_k ? clamp(params.seqused_k[bidb], 0, used) : params.seqused_k[bidb];
     const int leftpad = params.leftpad_k && !paged ? clamp(params.leftpad_k[bidb], 0, params.seqlen_k) : 0;
     seqlen_k = clamp(used - leftpad, 0, params.seqlen_k - leftpad);
-    k_row_start = (params.cu_seqlens_k ? params.cu_seqlens_k[bidb] : 0) + leftpad;
+    // Paged keys live in the pages: cu_seqlens_k then only gives each sequence's length.
+    k_row_start = (params.cu_seqlens_k && !paged ? params.cu_seqlens_k[bidb] : 0) + leftpad;
     k_batch = params.cu_seqlens_k || paged ? 0 : bidb;
     if (params.kv_batch_idx && !paged) {
       k_batch = params.kv_batch_idx[bidb];
