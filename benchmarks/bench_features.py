@@ -1,10 +1,11 @@
 #!/usr/bin/env python
-"""What the FA2 features cost: sliding window, softcap and ALiBi against the same shape without them.
+"""What the FA2 features cost: sliding window, softcap, ALiBi and dropout against the same shape without them.
 
 Rows (bf16, hdim 128, batch * seqlen = 16k tokens, 16 heads): plain causal and non-causal, a
-sliding window (1024, 0), softcap 30, ALiBi, softcap + ALiBi; forward and forward + backward
-milliseconds (triton do_bench median), the ratio against the plain kernel of the same shape, and
-the plain kernels' ratio against torch SDPA's FLASH_ATTENTION (FA2) in the same run. SDPA has no
+sliding window (1024, 0), softcap 30, ALiBi, softcap + ALiBi, dropout 0.1; forward and forward +
+backward milliseconds (triton do_bench median), the ratio against the plain kernel of the same
+shape, and the plain and dropout rows' ratio against torch SDPA's FLASH_ATTENTION (FA2, with the
+same dropout_p) in the same run. SDPA has no
 window, softcap or ALiBi in FA2, so the window row is compared with full causal attention (the issue's
 bar: window 1024 at seqlen 16k about 16x faster). Examples:
   python benchmarks/bench_features.py --out benchmarks/results/h200_features
@@ -50,11 +51,15 @@ def main(argv=None):
             ("causal + ALiBi", dict(causal=True, alibi_slopes=slopes), "causal"),
             ("causal + softcap + ALiBi", dict(causal=True, softcap=30.0, alibi_slopes=slopes), "causal"),
             ("non-causal + softcap 30", dict(softcap=30.0), "non-causal"),
-            ("non-causal + ALiBi", dict(alibi_slopes=slopes), "non-causal")]
+            ("non-causal + ALiBi", dict(alibi_slopes=slopes), "non-causal"),
+            ("causal + dropout 0.1", dict(causal=True, dropout_p=0.1), "causal"),
+            ("non-causal + dropout 0.1", dict(dropout_p=0.1), "non-causal")]
+    sdpa_rows = {"causal": (True, 0.0), "non-causal": (False, 0.0), "causal + dropout 0.1": (True, 0.1),
+                 "non-causal + dropout 0.1": (False, 0.1)}
     lines = [f"# Feature costs ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {torch.cuda.get_device_name()})", "",
              f"bf16, hdim {HDIM}, {NHEADS} heads, batch * seqlen = {TOKENS}. 'vs base' is the plain kernel's time "
-             "over this row's (> 1: faster); 'vs FA2' compares with torch SDPA FLASH_ATTENTION on the base shape.", "",
-             "| seqlen | row | fwd ms | fwd vs base | fwd+bwd ms | fwd+bwd vs base | base vs FA2 (fwd, fwd+bwd) |",
+             "over this row's (> 1: faster); 'vs FA2' compares with torch SDPA FLASH_ATTENTION on the same shape (plain and dropout rows).", "",
+             "| seqlen | row | fwd ms | fwd vs base | fwd+bwd ms | fwd+bwd vs base | vs FA2 (fwd, fwd+bwd) |",
              "|---|---|---|---|---|---|---|"]
     for seqlen in [int(s) for s in args.seqlens.split(",")]:
         batch = max(1, TOKENS // seqlen)
@@ -66,11 +71,12 @@ def main(argv=None):
             times[name] = (run_row(fac, q, k, v, dout, "fwd", **kw), run_row(fac, q, k, v, dout, "fwd_bwd", **kw))
         qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
         fa2 = {}
-        for name, causal in (("causal", True), ("non-causal", False)):
+        for name, (causal, p_drop) in sdpa_rows.items():
+            def sdpa():
+                return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, dropout_p=p_drop)
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                t_fwd = bench(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal))
-                t_fb = bench(lambda: torch.autograd.grad(F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal),
-                                                         (qt, kt, vt), dout.transpose(1, 2)))
+                t_fwd = bench(sdpa)
+                t_fb = bench(lambda: torch.autograd.grad(sdpa(), (qt, kt, vt), dout.transpose(1, 2)))
             fa2[name] = (t_fwd / times[name][0], t_fb / times[name][1])
         for name, kw, base in rows:
             f, fb = times[name]
