@@ -15,7 +15,8 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
          std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
          int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
          int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes, bool deterministic,
-         std::optional<at::Tensor> const& seqused_k, double dropout_p, std::optional<at::Tensor> const& rng_state) {
+         std::optional<at::Tensor> const& seqused_k, double dropout_p, std::optional<at::Tensor> const& rng_state,
+         std::optional<at::Tensor> const& out_residual) {
   const ScoreMods mods{window_left, window_right, softcap, alibi_slopes, dropout_p};
   const Problem p = check_problem(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   const int kernel_head_dim = fwd_kernel_head_dim(int(p.head_dim));
@@ -61,6 +62,10 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   set_score_mods(params, p, mods, causal, q);
   set_seqused_k(params, p, seqused_k, q);
   set_dropout(params, mods, rng_state, q, true);
+  if (out_residual) {
+    check_like(*out_residual, out, "out_residual", "out");
+    params.o_residual = view_of(*out_residual, p.varlen);
+  }
   params.dout = view_of(dout, p.varlen);
   params.dq = view_of(dq, p.varlen);
   params.dk = view_of(dk, p.varlen);

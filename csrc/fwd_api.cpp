@@ -17,7 +17,7 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
                int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
                int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes,
                std::optional<at::Tensor> const& seqused_k, double dropout_p, std::optional<at::Tensor> const& rng_state,
-               std::optional<at::Tensor> const& block_table) {
+               std::optional<at::Tensor> const& block_table, std::optional<at::Tensor> const& out_residual) {
   const ScoreMods mods{window_left, window_right, softcap, alibi_slopes, dropout_p};
   // A paged K / V (varlen only): (pages, page_size, heads_k, dim) read through block_table (batch,
   // pages per sequence); cu_seqlens_k then only gives the lengths. The problem checks see one page.
@@ -51,6 +51,11 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
   set_seqused_k(params, p, seqused_k, q);
   set_dropout(params, mods, rng_state, q, false);
   if (paged) set_paged_kv(params, *block_table, k, v);
+  if (out_residual) {
+    TORCH_CHECK(dropout_p > 0.0, "flash_attn_cute: out_residual is written by the dropout forward only");
+    check_like(*out_residual, out, "out_residual", "out");
+    params.o_residual = view_of(*out_residual, p.varlen);
+  }
   // Split-KV where the grid alone would leave SMs idle (few query row blocks, many key blocks).
   const std::vector<at::Tensor> split_buffers = choose_splits(params, p, lse, 0);
   const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());

@@ -14,13 +14,13 @@ TORCH_LIBRARY(flash_attn_cute, m) {
       "fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
       "int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, int window_size_left, "
       "int window_size_right, float softcap, Tensor? alibi_slopes, Tensor? seqused_k, float dropout_p, "
-      "Tensor(b!)? rng_state, Tensor? block_table) -> Tensor");
+      "Tensor(b!)? rng_state, Tensor? block_table, Tensor(c!)? out_residual) -> Tensor");
   m.def(
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, Tensor(a!) dq, "
       "Tensor(b!) dk, Tensor(c!) dv, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "
       "int max_seqlen_k, float softmax_scale, bool causal, int window_size_left, int window_size_right, "
       "float softcap, Tensor? alibi_slopes, bool deterministic, Tensor? seqused_k, float dropout_p, "
-      "Tensor? rng_state) -> ()");
+      "Tensor? rng_state, Tensor? out_residual) -> ()");
   m.def(
       "dropout_mask(Tensor rng_state, float dropout_p, int batch, int heads, int max_seqlen_q, int max_seqlen_k, "
       "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k) -> Tensor");

@@ -10,13 +10,14 @@
 namespace flash_attn_cute {
 
 // Writes attention(q, k, v) into out and returns softmax_lse (fp32). With dropout_p > 0 the
-// kernel writes the RNG's (seed, offset) into rng_state for the backward.
+// kernel writes the RNG's (seed, offset) into rng_state for the backward, and out's rounding
+// residual into out_residual when given (FwdParams::o_residual).
 at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at::Tensor& out,
                std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
                int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
                int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes,
                std::optional<at::Tensor> const& seqused_k, double dropout_p, std::optional<at::Tensor> const& rng_state,
-               std::optional<at::Tensor> const& block_table);
+               std::optional<at::Tensor> const& block_table, std::optional<at::Tensor> const& out_residual);
 
 // Writes the gradients of attention(q, k, v) (which gave out and softmax_lse) for dout into dq, dk, dv.
 void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::Tensor const& v,
@@ -24,7 +25,8 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
          std::optional<at::Tensor> const& cu_seqlens_q, std::optional<at::Tensor> const& cu_seqlens_k,
          int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
          int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes, bool deterministic,
-         std::optional<at::Tensor> const& seqused_k, double dropout_p, std::optional<at::Tensor> const& rng_state);
+         std::optional<at::Tensor> const& seqused_k, double dropout_p, std::optional<at::Tensor> const& rng_state,
+         std::optional<at::Tensor> const& out_residual);
 
 // Copies src (batch, rows, heads, dim) into dst row by row (appending at row_base[b] of a dense,
 // batch-indexed or paged cache), rotating the first rotary_dim columns when cos / sin are given.

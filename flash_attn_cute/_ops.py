@@ -65,7 +65,7 @@ if _C is not None:
     @torch.library.register_fake("flash_attn_cute::fwd")
     def _fwd_fake(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                   window_size_left, window_size_right, softcap, alibi_slopes, seqused_k, dropout_p, rng_state,
-                  block_table):
+                  block_table, out_residual):
         if cu_seqlens_q is not None:
             return q.new_empty((q.size(1), q.size(0)), dtype=torch.float32)
         return q.new_empty((q.size(0), q.size(2), q.size(1)), dtype=torch.float32)
@@ -73,7 +73,7 @@ if _C is not None:
     @torch.library.register_fake("flash_attn_cute::bwd")
     def _bwd_fake(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                   max_seqlen_k, softmax_scale, causal, window_size_left, window_size_right, softcap, alibi_slopes,
-                  deterministic, seqused_k, dropout_p, rng_state):
+                  deterministic, seqused_k, dropout_p, rng_state, out_residual):
         return None
 
     @torch.library.register_fake("flash_attn_cute::dropout_mask")
@@ -113,7 +113,7 @@ def _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes):
 
 def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, cu_seqlens_k=None,
         max_seqlen_q=None, max_seqlen_k=None, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, seqused_k=None,
-        dropout_p=0.0, block_table=None):
+        dropout_p=0.0, block_table=None, out_residual=None):
     """Low-level forward: returns (out, softmax_lse), and with dropout_p > 0 (out, softmax_lse,
     rng_state).
 
@@ -126,7 +126,8 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     (batch,)) keeps only the first seqused_k[b] keys of sequence b. dropout_p drops each attention
     probability with that probability (scaling the kept ones by 1 / (1 - p)), drawing from torch's
     CUDA generator; rng_state (int64 (2,): seed, offset) is what `bwd` and `dropout_mask` need to
-    redraw the same mask. block_table (varlen only, forward only): k and v are a paged cache
+    redraw the same mask; out_residual (dropout only, like out) receives out's rounding residual,
+    which `bwd` takes to compute its row sums exactly. block_table (varlen only, forward only): k and v are a paged cache
     (num_blocks, page_size, nheads_k, d) and sequence b's keys are its first cu_seqlens_k[b + 1] -
     cu_seqlens_k[b] rows through pages block_table[b] (int32 (batch, max_blocks_per_seq)).
     """
@@ -139,11 +140,13 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     _check_aligned_head_dim(q, "fwd")
     if block_table is None:
         max_seqlen_q, max_seqlen_k = _check_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    V.check_like("q", q, out=out)
+    V.check_like("q", q, out=out, out_residual=out_residual)
     window = _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes)
     V.check_seqused_k(seqused_k, cu_seqlens_k)
     V.check_dropout(dropout_p)
-    tensors = dict(q=q, k=k, v=v, out=out)
+    if out_residual is not None and not dropout_p:
+        V._fail("out_residual is written by the dropout forward only (dropout_p > 0)")
+    tensors = dict(q=q, k=k, v=v, out=out, out_residual=out_residual)
     V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
     V.check_device(**tensors, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, block_table=block_table)
     _require_kernel(q.dtype, q.size(-1), bool(causal),
@@ -155,13 +158,14 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     rng_state = torch.empty(2, dtype=torch.int64, device=q.device) if dropout_p else None
     lse = torch.ops.flash_attn_cute.fwd(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                         float(softmax_scale), bool(causal), *window, float(softcap), alibi_slopes,
-                                        seqused_k, float(dropout_p), rng_state, block_table)
+                                        seqused_k, float(dropout_p), rng_state, block_table, out_residual)
     return (out, lse, rng_state) if dropout_p else (out, lse)
 
 
 def bwd(dout, q, k, v, out, softmax_lse, dq=None, dk=None, dv=None, softmax_scale=None, causal=False,
         cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, deterministic=False,
-        window_size=(-1, -1), softcap=0.0, alibi_slopes=None, seqused_k=None, dropout_p=0.0, rng_state=None):
+        window_size=(-1, -1), softcap=0.0, alibi_slopes=None, seqused_k=None, dropout_p=0.0, rng_state=None,
+        out_residual=None):
     """Low-level backward of `fwd`: returns (dq, dk, dv), like q, k, v.
 
     out and softmax_lse are what `fwd` returned for the same q, k, v, softmax_scale and causal;
@@ -169,19 +173,19 @@ def bwd(dout, q, k, v, out, softmax_lse, dq=None, dk=None, dv=None, softmax_scal
     given, are written in place. With GQA / MQA, dk and dv are summed over the query heads that
     share each KV head. deterministic=True makes dq bitwise reproducible (dk and dv always are).
     window_size, softcap, alibi_slopes, seqused_k and dropout_p must be those the forward ran with,
-    and rng_state the one it returned.
+    and rng_state the one it returned (and out_residual the one it filled, if any).
     """
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     V.check_qkv(q, k, v, varlen)
     _check_aligned_head_dim(q, "bwd")
     max_seqlen_q, max_seqlen_k = _check_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    V.check_like("q", q, dout=dout, out=out, dq=dq)
+    V.check_like("q", q, dout=dout, out=out, dq=dq, out_residual=out_residual)
     V.check_like("k", k, dk=dk, dv=dv)
     V.check_lse(softmax_lse, q, varlen)
     window = _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes)
     V.check_seqused_k(seqused_k, cu_seqlens_k)
     V.check_dropout(dropout_p, rng_state, q.device)
-    tensors = dict(q=q, k=k, v=v, out=out, dout=dout, dq=dq, dk=dk, dv=dv)
+    tensors = dict(q=q, k=k, v=v, out=out, dout=dout, dq=dq, dk=dk, dv=dv, out_residual=out_residual)
     V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
     V.check_device(**tensors, softmax_lse=softmax_lse, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     _require_kernel(q.dtype, q.size(-1), bool(causal), "backward",
@@ -194,7 +198,7 @@ def bwd(dout, q, k, v, out, softmax_lse, dq=None, dk=None, dv=None, softmax_scal
     torch.ops.flash_attn_cute.bwd(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
                                   max_seqlen_q, max_seqlen_k, float(softmax_scale), bool(causal), *window,
                                   float(softcap), alibi_slopes, bool(deterministic), seqused_k, float(dropout_p),
-                                  rng_state)
+                                  rng_state, out_residual)
     return dq, dk, dv
 
 

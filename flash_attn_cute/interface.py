@@ -38,12 +38,15 @@ class _FlashAttnFunc(torch.autograd.Function):
             softmax_scale = 1.0 / math.sqrt(head_dim)
         q, k, v = (_round_up_head_dim(x) for x in (q, k, v))
         mods = dict(window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, seqused_k=seqused_k)
+        # Dropout: out's rounding residual too, so the backward's row sums are exact (_ops.fwd).
+        residual = torch.empty_like(q) if dropout_p else None
         out, lse, *rng_state = fwd(q, k, v, softmax_scale=softmax_scale, causal=causal, cu_seqlens_q=cu_seqlens_q,
                                    cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                                   dropout_p=dropout_p, **mods)
+                                   dropout_p=dropout_p, out_residual=residual, **mods)
         # Always a tensor (empty without dropout): torch.compile's backward takes no None output.
         rng_state = rng_state[0] if rng_state else torch.empty(0, dtype=torch.int64, device=q.device)
-        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, seqused_k, rng_state)
+        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, seqused_k, rng_state,
+                              residual)
         ctx.args = (head_dim, softmax_scale, causal, max_seqlen_q, max_seqlen_k, deterministic, window_size, softcap,
                     dropout_p)
         ctx.mark_non_differentiable(lse, rng_state)
@@ -51,7 +54,7 @@ class _FlashAttnFunc(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, dlse, drng_state):
-        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, seqused_k, rng_state = ctx.saved_tensors
+        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, seqused_k, rng_state, residual = ctx.saved_tensors
         (head_dim, softmax_scale, causal, max_seqlen_q, max_seqlen_k, deterministic, window_size, softcap,
          dropout_p) = ctx.args
         dout = _kernel_layout(_round_up_head_dim(dout))
@@ -59,7 +62,7 @@ class _FlashAttnFunc(torch.autograd.Function):
                          cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                          max_seqlen_k=max_seqlen_k, deterministic=deterministic, window_size=window_size,
                          softcap=softcap, alibi_slopes=alibi_slopes, seqused_k=seqused_k, dropout_p=dropout_p,
-                         rng_state=rng_state if dropout_p else None)
+                         rng_state=rng_state if dropout_p else None, out_residual=residual)
         return (dq[..., :head_dim], dk[..., :head_dim], dv[..., :head_dim]) + (None,) * 12
 
 

@@ -166,3 +166,16 @@ def test_dropout_torch_compile_matches_eager():
     reference = torch.autograd.grad(eager(q, k, v), (q, k, v))
     for g, e in zip(compiled, reference):
         assert torch.equal(g, e)
+
+
+def test_dropout_out_residual_is_the_rounding_error():
+    """out_residual holds O - O_rounded (at most half an ulp of out); the backward's row sums use it."""
+    torch.manual_seed(10)
+    q, k, v = (_randn(2, 300, 4, 64, dtype=BF16) for _ in range(3))
+    residual = torch.full_like(q, float("nan"))
+    out, lse, rng_state = fac.fwd(q, k, v, causal=True, dropout_p=P, out_residual=residual)
+    assert not residual.isnan().any(), "every residual element is written"
+    assert (residual.float().abs() <= out.float().abs() * 2.0 ** -8).all()
+    assert residual.abs().max() > 0
+    keep = fac.dropout_mask(rng_state, P, 2, 4, 300, 300)
+    _check(q, k, v, True, out, lse, dropout_p=P, dropout_mask=keep)

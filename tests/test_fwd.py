@@ -159,7 +159,7 @@ def test_bad_input_leaves_cuda_usable():
         fac.flash_attn_func(*(_randn(1, 16, 2, 264, dtype=torch.float16),) * 3)
     with pytest.raises(RuntimeError, match="multiple of 8"):
         torch.ops.flash_attn_cute.fwd(q[..., :60], q[..., :60], q[..., :60], torch.empty_like(q[..., :60]),
-                                      None, None, 16, 16, 0.1, False, -1, -1, 0.0, None, None, 0.0, None, None)
+                                      None, None, 16, 16, 0.1, False, -1, -1, 0.0, None, None, 0.0, None, None, None)
     out = fac.flash_attn_func(q, q, q)
     torch.cuda.synchronize()
     assert torch.isfinite(out).all()

@@ -25,10 +25,16 @@ __global__ void __launch_bounds__(RowWalk::kThreads) bwd_dot_do_o_kernel(__grid_
   };
   Element const* o_row = row_ptr(params.o);
   Element const* do_row = row_ptr(params.dout);
+  Element const* res_row = params.o_residual.ptr != nullptr ? row_ptr(params.o_residual) : nullptr;
   float dot = 0.f;
   for (int col = walk.lane * RowWalk::kElemsPerVector; col < params.head_dim;
        col += RowWalk::kThreadsPerRow * RowWalk::kElemsPerVector) {
-    const Vector16 o = load_as_float(o_row + col);
+    Vector16 o = load_as_float(o_row + col);
+    if (res_row != nullptr) {  // O's rounding residual (FwdParams::o_residual)
+      const Vector16 res = load_as_float(res_row + col);
+#pragma unroll
+      for (int i = 0; i < RowWalk::kElemsPerVector; ++i) o[i] += res[i];
+    }
     const Vector16 dout = load_as_float(do_row + col);
 #pragma unroll
     for (int i = 0; i < RowWalk::kElemsPerVector; ++i) dot += o[i] * dout[i];

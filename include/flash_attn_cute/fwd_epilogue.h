@@ -10,6 +10,29 @@ namespace flash_attn_cute {
 
 using namespace cute;
 
+// Stores one (kBlockM, kHeadDim) tile of the element type from MMA-layout registers rO to gO: through
+// sO (every thread's part lands before the 16-byte vectors leave), predicated on rows and head_dim.
+// On return every thread is done reading sO.
+template <class Traits, bool Is_even_K, class TensorR, class TensorGO, class TensorSO>
+__device__ __forceinline__ void store_o_tile(TensorR const& rO, TensorGO& gO, TensorSO& sO, int rows_left,
+                                             int head_dim, int tidx) {
+  typename Traits::TiledMma tiled_mma;
+  auto smem_tiled_copy_O = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);
+  auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(tidx);
+  copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), smem_thr_copy_O.partition_D(sO));
+  __syncthreads();
+  typename Traits::GmemTiledCopyO gmem_tiled_copy_O;
+  auto gmem_thr_copy_O = gmem_tiled_copy_O.get_thread_slice(tidx);
+  Tensor tOsO = gmem_thr_copy_O.partition_S(sO);  // (CPY, CPY_M, CPY_K)
+  Tensor tOgO = gmem_thr_copy_O.partition_D(gO);  // (CPY, CPY_M, CPY_K)
+  Tensor tOcO = gmem_thr_copy_O.partition_D(
+      make_identity_tensor(Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}));  // (CPY, CPY_M, CPY_K) -> (m, k)
+  Tensor tOrOut = make_fragment_like(tOsO);
+  copy(gmem_tiled_copy_O, tOsO, tOrOut);
+  __syncthreads();
+  copy_in_bounds<!Is_even_K>(gmem_tiled_copy_O, tOrOut, tOgO, tOcO, rows_left, head_dim);
+}
+
 // tOrO: the normalised fp32 O accumulator (MMA, MMA_M, MMA_K); lse: one value per accumulator row.
 // gO: this row block's (kBlockM, kHeadDim) tile of O; gLSE: (kBlockM) slice of softmax_lse.
 // sO may alias Q's shared memory: the caller guarantees every warp is done reading Q.
@@ -17,22 +40,10 @@ template <class Traits, bool Is_even_K, class TensorO, class TensorLse, class Te
 __device__ __forceinline__ void write_o(TensorO const& tOrO, TensorLse const& lse, TensorGO& gO, TensorSO& sO,
                                         TensorGLse& gLSE, int rows_left, int head_dim, int tidx) {
   using Element = typename Traits::Element;
-  constexpr int kBlockM = Traits::kBlockM;
-  constexpr int kHeadDim = Traits::kHeadDim;
   typename Traits::TiledMma tiled_mma;
-  auto thr_mma = tiled_mma.get_thread_slice(tidx);
-
-  // Registers -> shared memory, in the MMA's own layout.
-  Tensor rO = convert_type<Element>(tOrO);
-  auto smem_tiled_copy_O = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);
-  auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(tidx);
-  Tensor taccOrO = smem_thr_copy_O.retile_S(rO);   // (CPY, CPY_M, CPY_K)
-  Tensor taccOsO = smem_thr_copy_O.partition_D(sO);  // (CPY, CPY_M, CPY_K)
-  copy(smem_tiled_copy_O, taccOrO, taccOsO);
-
   // LSE: the thread holding column 0 of a row writes it.
-  Tensor cO = make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{});           // (BLK_M, BLK_K) -> (m, k)
-  Tensor taccOcO = thr_mma.partition_C(cO);                                        // (MMA, MMA_M, MMA_K)
+  Tensor taccOcO = tiled_mma.get_thread_slice(tidx).partition_C(
+      make_identity_tensor(Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}));  // (MMA, MMA_M, MMA_K)
   Tensor taccOcO_rc = make_tensor(taccOcO.data(), acc_layout_rowcol(taccOcO.layout()));  // (rows, cols)
   static_assert(decltype(size<0>(taccOcO_rc))::value == decltype(size(lse))::value);
   if (get<1>(taccOcO_rc(0, 0)) == 0) {
@@ -42,17 +53,17 @@ __device__ __forceinline__ void write_o(TensorO const& tOrO, TensorLse const& ls
       if (row < rows_left) gLSE(row) = lse(mi);
     }
   }
-  __syncthreads();
+  store_o_tile<Traits, Is_even_K>(convert_type<Element>(tOrO), gO, sO, rows_left, head_dim, tidx);
+}
 
-  // Shared memory -> global, 16 bytes per thread per vector, predicated on rows and head_dim.
-  typename Traits::GmemTiledCopyO gmem_tiled_copy_O;
-  auto gmem_thr_copy_O = gmem_tiled_copy_O.get_thread_slice(tidx);
-  Tensor tOsO = gmem_thr_copy_O.partition_S(sO);  // (CPY, CPY_M, CPY_K)
-  Tensor tOgO = gmem_thr_copy_O.partition_D(gO);  // (CPY, CPY_M, CPY_K)
-  Tensor tOcO = gmem_thr_copy_O.partition_D(cO);  // (CPY, CPY_M, CPY_K) -> (m, k)
-  Tensor tOrOut = make_fragment_like(tOsO);
-  copy(gmem_tiled_copy_O, tOsO, tOrOut);
-  copy_in_bounds<!Is_even_K>(gmem_tiled_copy_O, tOrOut, tOgO, tOcO, rows_left, head_dim);
+// O's rounding residual O - O_rounded in the element type, for the backward's D = rowsum(dO * O):
+// the rounded O alone leaves an error in D that dropout's scaled, no longer convex sums make large.
+template <class Element, class TensorO>
+__device__ __forceinline__ auto rounding_residual(TensorO const& tOrO) {
+  Tensor res = make_tensor<float>(tOrO.layout());
+#pragma unroll
+  for (int i = 0; i < size(tOrO); ++i) res(i) = tOrO(i) - float(Element(tOrO(i)));
+  return convert_type<Element>(res);
 }
 
 // One split's partial result, straight from registers: fp32 O (normalised by the split's own sum)

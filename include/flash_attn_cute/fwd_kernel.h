@@ -191,6 +191,16 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
                             tidx);
   } else {
     write_o<Traits, Is_even_K>(tOrO, lse, gO, sO, gLSE, rows_left, params.head_dim, tidx);
+    if constexpr (Is_dropout) {
+      if (params.o_residual.ptr != nullptr) {
+        Tensor gOres = make_tensor(make_gmem_ptr(static_cast<Element*>(params.o_residual.ptr) +
+                                                 binfo.q_offset(params.o_residual, bidb, bidh) +
+                                                 m_start * params.o_residual.row_stride),
+                                   tile_mk, make_stride(params.o_residual.row_stride, _1{}));  // (kBlockM, kHeadDim)
+        store_o_tile<Traits, Is_even_K>(rounding_residual<Element>(tOrO), gOres, sO, rows_left, params.head_dim,
+                                        tidx);
+      }
+    }
   }
 }
 

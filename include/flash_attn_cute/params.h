@@ -116,6 +116,9 @@ struct FwdParams {
   }
 
   DropoutParams dropout;
+  // Dropout training: O - O_rounded in the element type, laid out like o (ptr nullptr: not written).
+  // The backward's D = rowsum(dO * (O + residual)) then carries no rounding error of O.
+  TensorView o_residual;
 
   // The instantiation a call needs.
   FLASH_PARAMS_HOST_DEVICE Variant variant() const {
