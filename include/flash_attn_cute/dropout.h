@@ -13,7 +13,8 @@
 // The kernels apply it to their S-shaped accumulators ((2, 2), MMA_M, MMA_N) where each thread
 // holds, for every MMA_M and every 4 consecutive MMA_N, one whole 16 x 32 chunk's 16 entries of one
 // lane (the forward's warps stack along M; the backward's S / dP MMA gives each warp 32 whole key
-// columns). tests/cpp checks that property of every tile, and the mask against dropout_keep.
+// columns). tests/cpp checks that property of every tile; the GPU tests check the kernels' outputs
+// and gradients against the reference applying dropout_mask (DropoutRng::keep, entry by entry).
 #pragma once
 
 #include <cuda_runtime.h>
