@@ -48,10 +48,14 @@ def kernel_variant(window_size, softcap, alibi_slopes, causal, seqlen_k, dropout
 _VARIANT_WORDS = {"plain": "", "mods": " with softcap / ALiBi / a local window", "dropout": " with dropout"}
 
 
-def _require_kernel(dtype, head_dim, causal, pass_="forward", variant="plain"):
+def _require_extension():
     if _C is None:
         raise RuntimeError("flash_attn_cute was installed without its CUDA extension "
                            f"(import failed: {_IMPORT_ERROR}); reinstall on a machine with CUDA torch")
+
+
+def _require_kernel(dtype, head_dim, causal, pass_="forward", variant="plain"):
+    _require_extension()
     key = (_DTYPE_NAMES[dtype], kernel_head_dim(head_dim), causal, variant)
     if key not in (BUILT_FWD_KERNELS if pass_ == "forward" else BUILT_BWD_KERNELS):
         raise NotImplementedError(
@@ -133,13 +137,12 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     """
     if block_table is None:
         V.check_qkv(q, k, v, cu_seqlens_q is not None or cu_seqlens_k is not None)
-    else:
+        _check_aligned_head_dim(q, "fwd")
+        max_seqlen_q, max_seqlen_k = _check_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    else:  # the head dim and the varlen arguments are checked with the pages
         V.check_paged_kv(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
         if dropout_p:
             V._fail("a paged K / V (block_table) takes no dropout (it is for inference)")
-    _check_aligned_head_dim(q, "fwd")
-    if block_table is None:
-        max_seqlen_q, max_seqlen_k = _check_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     V.check_like("q", q, out=out, out_residual=out_residual)
     window = _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes)
     V.check_seqused_k(seqused_k, cu_seqlens_k)
@@ -207,7 +210,6 @@ def dropout_mask(rng_state, dropout_p, batch, nheads, seqlen_q, seqlen_k, cu_seq
     nheads, seqlen_q, seqlen_k), True where the probability was kept. Varlen: give cu_seqlens_q / _k
     (int32, batch + 1) and the max lengths; entries past a sequence's lengths are False."""
     V.check_dropout(dropout_p, rng_state, rng_state.device if isinstance(rng_state, torch.Tensor) else None)
-    if _C is None:
-        _require_kernel(torch.float16, 32, False)  # raises: no CUDA extension
+    _require_extension()
     return torch.ops.flash_attn_cute.dropout_mask(rng_state, float(dropout_p), int(batch), int(nheads),
                                                   int(seqlen_q), int(seqlen_k), cu_seqlens_q, cu_seqlens_k)

@@ -87,8 +87,6 @@ def _attn_probs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dr
             slopes = alibi_slopes if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes[b:b + 1]
             probs[b, :, :len_q, :len_k] = attention_probs_ref(
                 q[None, cu_q[b]:cu_q[b + 1]], k[None, cu_k[b]:cu_k[b] + len_k], alibi_slopes=slopes, **mods)[0]
-    if not dropout_p:
-        return probs
     keep = dropout_mask(rng_state, dropout_p, batch, q.size(-2), probs.size(-2), probs.size(-1), cu_seqlens_q,
                         cu_seqlens_k)
     return torch.where(keep, probs, -probs)
