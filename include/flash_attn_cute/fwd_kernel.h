@@ -10,6 +10,7 @@
 #include "dropout.h"
 #include "fwd_epilogue.h"
 #include "kernel_traits.h"
+#include "launch.h"
 #include "mask.h"
 #include "params.h"
 #include "softmax.h"
@@ -216,6 +217,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_fwd_kernel(__grid_
       params.dropout.rng_state[1] = int64_t(so.offset);
     }
   }
+  // The combine kernel (launched dependent: launch.h) may start once every split CTA is running.
+  if constexpr (Is_split) allow_dependent_launch();
   const int m_blocks = Is_split ? int(gridDim.x) / params.num_splits : int(gridDim.x);
   const int split = Is_split ? int(blockIdx.x) / m_blocks : 0;
   const int m_idx = Is_split ? int(blockIdx.x) % m_blocks : int(blockIdx.x);

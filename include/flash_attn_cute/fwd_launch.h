@@ -52,7 +52,7 @@ cudaError_t run_fwd(FwdParams const& params, cudaStream_t stream) {
     using SplitTraits = FwdKernelTraits<kHeadDim, kIsCausal, Element, true>;
     const cudaError_t err = launch_fwd_kernel<SplitTraits, kIsCausal, kIsEvenK, true, kVariant>(params, stream);
     if (err != cudaSuccess || params.num_splits <= 1) return err;
-    return run_row_kernel(split_combine_kernel<Element, kHeadDim>, params, stream);
+    return run_split_combine<Element, kHeadDim>(params, stream);
   }
 }
 

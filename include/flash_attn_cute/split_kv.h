@@ -74,6 +74,18 @@ struct SplitCombine {
     }
   }
 
+  // Folds in another fold, of other splits (the combine kernel folds each lane's splits, then
+  // merges the lanes).
+  FLASH_HOST_DEVICE void merge(SplitCombine const& other) {
+    if (other.sum == 0.f) return;
+    if (other.max_lse > max_lse) {
+      sum = sum * expf(max_lse - other.max_lse) + other.sum;  // sum was 0 when max_lse was -inf
+      max_lse = other.max_lse;
+    } else {
+      sum += other.sum * expf(other.max_lse - max_lse);
+    }
+  }
+
   FLASH_HOST_DEVICE float lse() const { return sum > 0.f ? max_lse + logf(sum) : INFINITY; }
 
   // Pass 2: the weight of split i's O in the output (0 for an empty split or an empty row).

@@ -576,6 +576,26 @@ void test_split_combine() {
     worst = std::max(worst, combine_error(lses, outs));
   }
   CHECK(worst < 1e-5, fmt("SplitCombine vs double log-sum-exp: max error %.3g", worst));
+  // merge: the combine kernel folds each lane's splits (l, l + 32, ...), then merges the lanes.
+  double worst_merge = 0.0;
+  for (int trial = 0; trial < 500; ++trial) {
+    const int n = 1 + trial % 130;
+    std::vector<float> lses(n);
+    for (float& l : lses) l = uniform() < 0.3f ? -INFINITY : (uniform() - 0.5f) * 40.f;
+    SplitCombine serial, lanes[32];
+    for (int i = 0; i < n; ++i) {
+      serial.add_lse(lses[i]);
+      lanes[i % 32].add_lse(lses[i]);
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+      for (int l = 0; l < offset; ++l) lanes[l].merge(lanes[l + offset]);
+    }
+    const double diff = serial.lse() == INFINITY
+                            ? (lanes[0].lse() == INFINITY ? 0.0 : INFINITY)
+                            : std::fabs(double(lanes[0].lse()) - double(serial.lse()));
+    worst_merge = std::max(worst_merge, diff);
+  }
+  CHECK(worst_merge < 1e-5, fmt("SplitCombine merged lanes vs serial fold: max LSE difference %.3g", worst_merge));
   // Every split empty: LSE +inf, every weight 0 (the row outputs 0).
   SplitCombine empty;
   for (int i = 0; i < 4; ++i) empty.add_lse(-INFINITY);

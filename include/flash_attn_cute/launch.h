@@ -1,0 +1,44 @@
+// Programmatic dependent launch (sm_90): a kernel launched with launch_dependent() may start while
+// the kernel before it in the stream finishes, and waits for that kernel's memory with
+// wait_for_prior_grid() before it reads its output. The earlier kernel lets it start once every one
+// of its CTAs has called allow_dependent_launch(). On older devices both calls are no-ops and the
+// launch is an ordinary one.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace flash_attn_cute {
+
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void wait_for_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+template <class Params>
+cudaError_t launch_dependent(void (*kernel)(Params), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                             Params const& params) {
+  cudaFuncAttributes attributes;
+  cudaError_t err = cudaFuncGetAttributes(&attributes, kernel);
+  if (err != cudaSuccess) return err;
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = attributes.binaryVersion >= 90 ? 1 : 0;
+  err = cudaLaunchKernelEx(&config, kernel, params);
+  return err != cudaSuccess ? err : cudaPeekAtLastError();
+}
+
+}  // namespace flash_attn_cute
