@@ -73,21 +73,8 @@ __device__ __forceinline__ void write_kv_tile(TiledMma const& tiled_mma, TensorA
   using Element = typename Traits::Element;
 #pragma unroll
   for (int i = 0; i < size(acc); ++i) acc(i) *= scale;
-  Tensor rOut = convert_type<Element>(acc);
-  auto smem_tiled_copy = make_tiled_copy_C(typename Traits::SmemCopyAtomPdS{}, tiled_mma);
-  auto smem_thr_copy = smem_tiled_copy.get_thread_slice(tidx);
-  copy(smem_tiled_copy, smem_thr_copy.retile_S(rOut), smem_thr_copy.partition_D(sTmp));
-  __syncthreads();
-
-  typename Traits::GmemTiledCopyOut gmem_tiled_copy;
-  auto gmem_thr_copy = gmem_tiled_copy.get_thread_slice(tidx);
-  Tensor tOsO = gmem_thr_copy.partition_S(sTmp);  // (CPY, CPY_N, CPY_K)
-  Tensor tOgO = gmem_thr_copy.partition_D(gOut);  // (CPY, CPY_N, CPY_K)
-  Tensor tOcO = gmem_thr_copy.partition_D(make_identity_tensor(
-      Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{}));  // (CPY, CPY_N, CPY_K) -> (n, k)
-  Tensor tOrO = make_fragment_like(tOsO);
-  copy(gmem_tiled_copy, tOsO, tOrO);
-  copy_in_bounds<!Is_even_K>(gmem_tiled_copy, tOrO, tOgO, tOcO, rows_left, head_dim);
+  store_tile_via_smem<typename Traits::SmemCopyAtomPdS, typename Traits::GmemTiledCopyOut, Is_even_K>(
+      tiled_mma, convert_type<Element>(acc), sTmp, gOut, rows_left, head_dim, tidx);
 }
 
 }  // namespace flash_attn_cute

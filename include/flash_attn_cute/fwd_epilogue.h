@@ -10,29 +10,6 @@ namespace flash_attn_cute {
 
 using namespace cute;
 
-// Stores one (kBlockM, kHeadDim) tile of the element type from MMA-layout registers rO to gO: through
-// sO (every thread's part lands before the 16-byte vectors leave), predicated on rows and head_dim.
-// On return every thread is done reading sO.
-template <class Traits, bool Is_even_K, class TensorR, class TensorGO, class TensorSO>
-__device__ __forceinline__ void store_o_tile(TensorR const& rO, TensorGO& gO, TensorSO& sO, int rows_left,
-                                             int head_dim, int tidx) {
-  typename Traits::TiledMma tiled_mma;
-  auto smem_tiled_copy_O = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);
-  auto smem_thr_copy_O = smem_tiled_copy_O.get_thread_slice(tidx);
-  copy(smem_tiled_copy_O, smem_thr_copy_O.retile_S(rO), smem_thr_copy_O.partition_D(sO));
-  __syncthreads();
-  typename Traits::GmemTiledCopyO gmem_tiled_copy_O;
-  auto gmem_thr_copy_O = gmem_tiled_copy_O.get_thread_slice(tidx);
-  Tensor tOsO = gmem_thr_copy_O.partition_S(sO);  // (CPY, CPY_M, CPY_K)
-  Tensor tOgO = gmem_thr_copy_O.partition_D(gO);  // (CPY, CPY_M, CPY_K)
-  Tensor tOcO = gmem_thr_copy_O.partition_D(
-      make_identity_tensor(Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}));  // (CPY, CPY_M, CPY_K) -> (m, k)
-  Tensor tOrOut = make_fragment_like(tOsO);
-  copy(gmem_tiled_copy_O, tOsO, tOrOut);
-  __syncthreads();
-  copy_in_bounds<!Is_even_K>(gmem_tiled_copy_O, tOrOut, tOgO, tOcO, rows_left, head_dim);
-}
-
 // tOrO: the normalised fp32 O accumulator (MMA, MMA_M, MMA_K); lse: one value per accumulator row.
 // gO: this row block's (kBlockM, kHeadDim) tile of O; gLSE: (kBlockM) slice of softmax_lse.
 // sO may alias Q's shared memory: the caller guarantees every warp is done reading Q.
@@ -53,7 +30,8 @@ __device__ __forceinline__ void write_o(TensorO const& tOrO, TensorLse const& ls
       if (row < rows_left) gLSE(row) = lse(mi);
     }
   }
-  store_o_tile<Traits, Is_even_K>(convert_type<Element>(tOrO), gO, sO, rows_left, head_dim, tidx);
+  store_tile_via_smem<typename Traits::SmemCopyAtomO, typename Traits::GmemTiledCopyO, Is_even_K>(
+      tiled_mma, convert_type<Element>(tOrO), sO, gO, rows_left, head_dim, tidx);
 }
 
 // O's rounding residual O - O_rounded in the element type, for the backward's D = rowsum(dO * O):

@@ -198,8 +198,10 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
                                                  binfo.q_offset(params.o_residual, bidb, bidh) +
                                                  m_start * params.o_residual.row_stride),
                                    tile_mk, make_stride(params.o_residual.row_stride, _1{}));  // (kBlockM, kHeadDim)
-        store_o_tile<Traits, Is_even_K>(rounding_residual<Element>(tOrO), gOres, sO, rows_left, params.head_dim,
-                                        tidx);
+        __syncthreads();  // every thread is done reading O from sO
+        store_tile_via_smem<typename Traits::SmemCopyAtomO, typename Traits::GmemTiledCopyO, Is_even_K>(
+            typename Traits::TiledMma{}, rounding_residual<Element>(tOrO), sO, gOres, rows_left, params.head_dim,
+            tidx);
       }
     }
   }
