@@ -18,6 +18,7 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
          std::optional<at::Tensor> const& seqused_k, double dropout_p, std::optional<at::Tensor> const& rng_state,
          std::optional<at::Tensor> const& out_residual) {
   const ScoreMods mods{window_left, window_right, softcap, alibi_slopes, dropout_p};
+  causal = kernel_causal(mods, causal);
   const Problem p = check_problem(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   const int kernel_head_dim = fwd_kernel_head_dim(int(p.head_dim));
   check_built(p, mods, causal, q, true);
@@ -45,7 +46,7 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   const int64_t m_blocks = (p.seqlen_q + block_m - 1) / block_m;
   const int64_t n_blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n;
   TORCH_CHECK(n_blocks <= 65535 || !(causal || deterministic),  // grid.z (see bwd_grid_key_block_major)
-              "flash_attn_cute: the causal or deterministic backward supports seqlen_k up to ",
+              "flash_attn_cute: the causal (or window (left, 0)) and deterministic backward support seqlen_k up to ",
               num(65535 * int64_t(tile.block_n)), " for this head dim");
 
   // The dQ accumulator (see BwdParams): whole row blocks per sequence, dq's (row, head, dim) order.
@@ -62,10 +63,7 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   set_score_mods(params, p, mods, causal, q);
   set_seqused_k(params, p, seqused_k, q);
   set_dropout(params, mods, rng_state, q, true);
-  if (out_residual) {
-    check_like(*out_residual, out, "out_residual", "out");
-    params.o_residual = view_of(*out_residual, p.varlen);
-  }
+  set_out_residual(params, out_residual, out, p.varlen);
   params.dout = view_of(dout, p.varlen);
   params.dq = view_of(dq, p.varlen);
   params.dk = view_of(dk, p.varlen);

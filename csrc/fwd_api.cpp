@@ -19,6 +19,7 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
                std::optional<at::Tensor> const& seqused_k, double dropout_p, std::optional<at::Tensor> const& rng_state,
                std::optional<at::Tensor> const& block_table, std::optional<at::Tensor> const& out_residual) {
   const ScoreMods mods{window_left, window_right, softcap, alibi_slopes, dropout_p};
+  causal = kernel_causal(mods, causal);
   // A paged K / V (varlen only): (pages, page_size, heads_k, dim) read through block_table (batch,
   // pages per sequence); cu_seqlens_k then only gives the lengths. The problem checks see one page.
   const bool paged = block_table.has_value();
@@ -51,11 +52,8 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
   set_seqused_k(params, p, seqused_k, q);
   set_dropout(params, mods, rng_state, q, false);
   if (paged) set_paged_kv(params, *block_table, k, v);
-  if (out_residual) {
-    TORCH_CHECK(dropout_p > 0.0, "flash_attn_cute: out_residual is written by the dropout forward only");
-    check_like(*out_residual, out, "out_residual", "out");
-    params.o_residual = view_of(*out_residual, p.varlen);
-  }
+  TORCH_CHECK(!out_residual || dropout_p > 0.0, "flash_attn_cute: out_residual is written by the dropout forward only");
+  set_out_residual(params, out_residual, out, p.varlen);
   // Split-KV where the grid alone would leave SMs idle (few query row blocks, many key blocks).
   const std::vector<at::Tensor> split_buffers = choose_splits(params, p, lse, 0);
   const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
@@ -66,9 +64,7 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
 at::Tensor dropout_mask(at::Tensor const& rng_state, double dropout_p, int64_t batch, int64_t heads,
                         int64_t max_seqlen_q, int64_t max_seqlen_k, std::optional<at::Tensor> const& cu_seqlens_q,
                         std::optional<at::Tensor> const& cu_seqlens_k) {
-  TORCH_CHECK(rng_state.is_cuda() && rng_state.scalar_type() == at::kLong && rng_state.numel() == 2 &&
-                  rng_state.is_contiguous(),
-              "flash_attn_cute: rng_state must be the forward's contiguous int64 (2,) CUDA tensor");
+  check_rng_state(rng_state, rng_state.device());
   TORCH_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, "flash_attn_cute: dropout_p must be in [0, 1)");
   TORCH_CHECK(batch >= 0 && heads >= 0 && max_seqlen_q >= 0 && max_seqlen_k >= 0 && batch <= 65535 && heads <= 65535,
               "flash_attn_cute: dropout_mask sizes out of range");

@@ -182,10 +182,12 @@ Window effective_window(Problem const& p, ScoreMods const& mods, bool causal) {
   return Window{bounded(mods.window_left), causal ? 0 : bounded(mods.window_right)};
 }
 
+bool kernel_causal(ScoreMods const& mods, bool causal) { return causal || mods.window_right == 0; }
+
 Variant kernel_variant(Problem const& p, ScoreMods const& mods, bool causal) {
   if (mods.dropout_p > 0.0) return Variant::kDropout;
   const bool score_mods = mods.softcap > 0.0 || mods.alibi_slopes.has_value() ||
-                          has_local_window(effective_window(p, mods, causal), causal);
+                          window_needs_mods(effective_window(p, mods, causal), causal);
   return score_mods ? Variant::kScoreMods : Variant::kPlain;
 }
 
@@ -202,13 +204,25 @@ void check_built(Problem const& p, ScoreMods const& mods, bool causal, at::Tenso
               " in this build (see FLASH_ATTN_CUTE_HDIMS / _DTYPES / _PASSES / _SCORE_MODS / _DROPOUT)");
 }
 
+void check_rng_state(at::Tensor const& rng_state, c10::Device device) {
+  TORCH_CHECK(rng_state.scalar_type() == at::kLong && rng_state.numel() == 2 && rng_state.is_contiguous() &&
+                  rng_state.device() == device && device.is_cuda(),
+              "flash_attn_cute: rng_state must be the forward's contiguous int64 (2,) tensor on ", device.str());
+}
+
+void set_out_residual(FwdParams& params, std::optional<at::Tensor> const& out_residual, at::Tensor const& out,
+                      bool varlen) {
+  if (!out_residual) return;
+  check_like(*out_residual, out, "out_residual", "out");
+  params.o_residual = view_of(*out_residual, varlen);
+}
+
 void set_dropout(FwdParams& params, ScoreMods const& mods, std::optional<at::Tensor> const& rng_state,
                  at::Tensor const& q, bool backward) {
   if (mods.dropout_p == 0.0) return;
   TORCH_CHECK(mods.dropout_p > 0.0 && mods.dropout_p < 1.0, "flash_attn_cute: dropout_p must be in [0, 1)");
-  TORCH_CHECK(rng_state && rng_state->scalar_type() == at::kLong && rng_state->numel() == 2 &&
-                  rng_state->is_contiguous() && rng_state->device() == q.device(),
-              "flash_attn_cute: dropout needs rng_state, a contiguous int64 (2,) tensor on q's device");
+  TORCH_CHECK(rng_state, "flash_attn_cute: dropout needs rng_state");
+  check_rng_state(*rng_state, q.device());
   DropoutParams& d = params.dropout;
   d.p = float(mods.dropout_p);
   d.rp = float(1.0 / (1.0 - mods.dropout_p));

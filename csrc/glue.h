@@ -59,12 +59,22 @@ void set_score_mods(FwdParams& params, Problem const& p, ScoreMods const& mods, 
 // The window the kernels see: causal sets right = 0, a side that reaches past seqlen_k is unbounded.
 Window effective_window(Problem const& p, ScoreMods const& mods, bool causal);
 
+// Whether the call runs the causal kernels: causal, or a window (left, 0), the same bottom-right
+// aligned mask with a left edge the causal kernels take at run time. The APIs set `causal` to it
+// first: everything after sees one form of each mask.
+bool kernel_causal(ScoreMods const& mods, bool causal);
+
 // The instantiation the call needs (FwdParams::variant).
 Variant kernel_variant(Problem const& p, ScoreMods const& mods, bool causal);
 
 // This build has the forward (or backward) kernel the problem and its score mods need.
 void check_built(Problem const& p, ScoreMods const& mods, bool causal, at::Tensor const& q, bool backward = false);
 
+// rng_state: the forward's (seed, offset), a contiguous int64 (2,) tensor on `device` (a CUDA one).
+void check_rng_state(at::Tensor const& rng_state, c10::Device device);
+// Dropout training's rounding residual of out (FwdParams::o_residual), when given: shaped like out.
+void set_out_residual(FwdParams& params, std::optional<at::Tensor> const& out_residual, at::Tensor const& out,
+                      bool varlen);
 // Dropout with probability mods.dropout_p. The forward draws (seed, offset) from torch's default CUDA
 // generator (CUDA-graph safe) and its kernel writes them into rng_state (int64 (2,) on q's device);
 // the backward reads them from there.

@@ -96,6 +96,7 @@ at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tenso
                        double softmax_scale, bool causal, int64_t window_left, int64_t window_right, double softcap,
                        std::optional<at::Tensor> const& alibi_slopes, int64_t num_splits) {
   const ScoreMods mods{window_left, window_right, softcap, alibi_slopes};
+  causal = kernel_causal(mods, causal);
   TORCH_CHECK(q.dim() == 4 && q.is_cuda(), "flash_attn_cute: q must be a 4-D CUDA tensor");
   check_cache(k_cache, q, "k_cache");
   check_cache(v_cache, q, "v_cache");

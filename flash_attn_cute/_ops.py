@@ -29,19 +29,26 @@ BUILT_FWD_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _
 BUILT_BWD_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _C.built_bwd_kernels())
 
 
-def is_local(window_size, causal, seqlen_k):
-    """A window side shorter than the keys, beyond causal (csrc/glue.cpp effective_window, params.h
-    has_local_window)."""
+def is_local(window_size, seqlen_k):
+    """A window side shorter than the keys (csrc/glue.cpp effective_window)."""
     left, right = window_size
-    return 0 <= left < seqlen_k or (0 <= right < seqlen_k and not causal)
+    return 0 <= left < seqlen_k or 0 <= right < seqlen_k
+
+
+def kernel_causal(causal, window_size):
+    """Whether a call runs the causal kernels: causal, or a window (left, 0), the same bottom-right
+    aligned mask with a left edge that the causal kernels take at run time (csrc/glue.cpp
+    kernel_causal)."""
+    return bool(causal) or window_size[1] == 0
 
 
 def kernel_variant(window_size, softcap, alibi_slopes, causal, seqlen_k, dropout_p=0.0):
     """The kernel variant a call needs (csrc/glue.cpp kernel_variant): "dropout", "mods" (softcap,
-    ALiBi or a local window) or "plain"."""
+    ALiBi or a window on a non-causal kernel) or "plain"."""
     if dropout_p:
         return "dropout"
-    mods = bool(softcap) or alibi_slopes is not None or is_local(window_size, causal, seqlen_k)
+    window_mods = not kernel_causal(causal, window_size) and is_local(window_size, seqlen_k)
+    mods = bool(softcap) or alibi_slopes is not None or window_mods
     return "mods" if mods else "plain"
 
 
@@ -152,7 +159,7 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     tensors = dict(q=q, k=k, v=v, out=out, out_residual=out_residual)
     V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
     V.check_device(**tensors, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, block_table=block_table)
-    _require_kernel(q.dtype, q.size(-1), bool(causal),
+    _require_kernel(q.dtype, q.size(-1), kernel_causal(causal, window),
                     variant=kernel_variant(window, softcap, alibi_slopes, causal, max_seqlen_k, dropout_p))
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.size(-1))
@@ -191,7 +198,7 @@ def bwd(dout, q, k, v, out, softmax_lse, dq=None, dk=None, dv=None, softmax_scal
     tensors = dict(q=q, k=k, v=v, out=out, dout=dout, dq=dq, dk=dk, dv=dv, out_residual=out_residual)
     V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
     V.check_device(**tensors, softmax_lse=softmax_lse, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
-    _require_kernel(q.dtype, q.size(-1), bool(causal), "backward",
+    _require_kernel(q.dtype, q.size(-1), kernel_causal(causal, window), "backward",
                     variant=kernel_variant(window, softcap, alibi_slopes, causal, max_seqlen_k, dropout_p))
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.size(-1))

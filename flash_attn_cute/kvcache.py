@@ -133,7 +133,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
                   block_table, num_splits)
     capacity = block_table.size(1) * k_cache.size(1) if block_table is not None else k_cache.size(1)
-    _ops._require_kernel(q.dtype, q.size(-1), causal,
+    _ops._require_kernel(q.dtype, q.size(-1), _ops.kernel_causal(causal, window_size),
                          variant=_ops.kernel_variant(window_size, softcap, alibi_slopes, causal, capacity))
     if softmax_scale is None:
         softmax_scale = q.size(-1) ** -0.5
@@ -151,7 +151,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         if cos is not None:
             # q's rows sit after the cache's keys: at their own positions when causal or local (a window
             # side shorter than the cache), else all at the first (flash-attn 2.x).
-            per_row = bool(causal) or _ops.is_local(window_size, causal, capacity)
+            per_row = bool(causal) or _ops.is_local(window_size, capacity)
             q_rotated = torch.empty(q.shape, dtype=q.dtype, device=q.device)
             ops.rotary_copy(q, q_rotated, None, None, None, cos, sin, cache_seqlens, rotary_interleaved, per_row)
             q = q_rotated

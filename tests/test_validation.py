@@ -407,13 +407,17 @@ def test_bwd_valid_inputs_reach_device_check():
 
 @pytest.mark.parametrize("window, causal, softcap, alibi, dropout_p, want", [
     ((-1, -1), False, 0.0, False, 0.0, "plain"), ((-1, -1), True, 0.0, False, 0.0, "plain"),
-    ((-1, 0), True, 0.0, False, 0.0, "plain"), ((100, 0), True, 0.0, False, 0.0, "mods"),
-    ((-1, 0), False, 0.0, False, 0.0, "mods"), ((500, 500), False, 0.0, False, 0.0, "plain"),
+    ((-1, 0), True, 0.0, False, 0.0, "plain"), ((100, 0), True, 0.0, False, 0.0, "plain"),
+    ((-1, 0), False, 0.0, False, 0.0, "plain"), ((100, 0), False, 0.0, False, 0.0, "plain"),
+    ((100, 3), True, 0.0, False, 0.0, "plain"), ((100, 3), False, 0.0, False, 0.0, "mods"),
+    ((-1, 3), False, 0.0, False, 0.0, "mods"), ((500, 500), False, 0.0, False, 0.0, "plain"),
     ((-1, -1), False, 30.0, False, 0.0, "mods"), ((-1, -1), True, 0.0, True, 0.0, "mods"),
     ((-1, -1), False, 0.0, False, 0.1, "dropout"), ((100, 0), True, 30.0, True, 0.5, "dropout")])
 def test_kernel_variant_choice(window, causal, softcap, alibi, dropout_p, want):
-    """Which instantiation a call needs: softcap / ALiBi / a local window take the score-mod kernels
-    (a side as long as the keys is no window), dropout the dropout kernels (which have the mods too)."""
+    """Which instantiation a call needs: softcap / ALiBi take the score-mod kernels, and so does a
+    window on a non-causal kernel (a side as long as the keys is no window); a window (left, 0) runs
+    on the plain causal kernels, as causal does; dropout takes the dropout kernels (which have the
+    mods too)."""
     from flash_attn_cute._ops import kernel_variant
     slopes = torch.ones(H, dtype=F32) if alibi else None
     assert kernel_variant(window, softcap, slopes, causal, seqlen_k=500, dropout_p=dropout_p) == want

@@ -5,6 +5,9 @@
 #include <cute/tensor.hpp>
 
 #include "block_info.h"
+#if defined(__CUDACC__)
+#include "utils.h"
+#endif
 
 namespace flash_attn_cute {
 
@@ -21,15 +24,23 @@ struct FwdMask {
   }
 
 #if defined(__CUDACC__)
-  // tSrS: scores of one (kBlockM, kBlockN) tile; tScS: the (row, col) of each score inside the
-  // tile, partitioned the same way. Invisible scores become -inf.
+  // tSrS: scores of one (kBlockM, kBlockN) MMA accumulator tile; tScS: the (row, col) of each score
+  // inside the tile, partitioned the same way. Invisible scores become -inf. Row by row: the row's
+  // visible keys are one interval [col_begin, col_end), so each score costs two compares.
   template <class TensorS, class TensorC>
-  __device__ __forceinline__ void apply(TensorS& tSrS, TensorC const& tScS, int row0, int col0) const {
+  FLASH_HOST_DEVICE void apply(TensorS& tSrS, TensorC const& tScS, int row0, int col0) const {
     static_assert(decltype(cute::size(tSrS))::value == decltype(cute::size(tScS))::value);
+    cute::Tensor s = cute::make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
+    cute::Tensor c = cute::make_tensor(tScS.data(), acc_layout_rowcol(tScS.layout()));  // (rows, cols) -> (m, n)
 #pragma unroll
-    for (int i = 0; i < cute::size(tSrS); ++i) {
-      if (!key_visible(row0 + cute::get<0>(tScS(i)), col0 + cute::get<1>(tScS(i)))) {
-        tSrS(i) = -INFINITY;
+    for (int mi = 0; mi < cute::size<0>(s); ++mi) {
+      const int diag_col = row0 + cute::get<0>(c(mi, 0)) + seqlen_k - seqlen_q;  // the row's causal diagonal
+      const int col_end = window.right < 0 ? seqlen_k : min_int(seqlen_k, diag_col + window.right + 1);
+      const int col_begin = window.left < 0 ? 0 : diag_col - window.left;
+#pragma unroll
+      for (int ni = 0; ni < cute::size<1>(s); ++ni) {
+        const int col = col0 + cute::get<1>(c(0, ni));
+        if (col >= col_end || col < col_begin) s(mi, ni) = -INFINITY;
       }
     }
   }

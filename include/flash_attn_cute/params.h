@@ -48,9 +48,11 @@ struct DropoutParams {
   int64_t* rng_state = nullptr;  // the forward writes the (seed, offset) it used here (int64 x 2)
 };
 
-// Whether a window hides keys beyond what causal (or full attention) does.
-FLASH_PARAMS_HOST_DEVICE inline bool has_local_window(Window window, bool is_causal) {
-  return window.left >= 0 || (window.right >= 0 && !(is_causal && window.right == 0));
+// Whether a window needs the score-mod kernels. The causal kernels take a left window at run time
+// (their masked steps check both edges; the host sends windows (left, 0) to them); the non-causal
+// ones see a compile-time full mask.
+FLASH_PARAMS_HOST_DEVICE inline bool window_needs_mods(Window window, bool is_causal) {
+  return !is_causal && (window.left >= 0 || window.right >= 0);
 }
 
 // The kernel instantiations of one (dtype, head dim, causal, even K): plain (causal / full mask
@@ -107,12 +109,10 @@ struct FwdParams {
   const float* alibi_slopes = nullptr;
   index_t alibi_batch_stride = 0;
 
-  // Softcap, ALiBi and a local window (anything past causal / full) run in their own kernel
-  // instantiations (Variant::kScoreMods): the plain kernels keep a compile-time mask and spend no
-  // register on them.
-  FLASH_PARAMS_HOST_DEVICE bool has_local_window() const { return flash_attn_cute::has_local_window(window, is_causal); }
+  // Softcap, ALiBi and a window on a non-causal kernel run in their own kernel instantiations
+  // (Variant::kScoreMods): the plain kernels spend no register on them.
   FLASH_PARAMS_HOST_DEVICE bool has_score_mods() const {
-    return softcap > 0.f || alibi_slopes != nullptr || has_local_window();
+    return softcap > 0.f || alibi_slopes != nullptr || window_needs_mods(window, is_causal);
   }
 
   DropoutParams dropout;

@@ -754,17 +754,21 @@ void test_block_info() {
     CHECK_EQ(BlockInfo(p, 4).k_batch, 0, "paged: pages are found by the kernel, k_batch 0");
   }
   {
-    // Which instantiation a call needs: causal and full windows stay in the plain kernels.
+    // Which instantiation a call needs: causal (with or without a left window) and full windows
+    // stay in the plain kernels; a window on a non-causal kernel takes the score-mod ones (the host
+    // sends windows (left, 0) to the causal kernels first).
     FwdParams p;
     CHECK(!p.has_score_mods(), "defaults: plain kernel");
     p.is_causal = true;
     p.window = {-1, 0};
     CHECK(!p.has_score_mods(), "causal: plain kernel");
     p.window = {128, 0};
-    CHECK(p.has_score_mods(), "causal + left window: score-mod kernel");
+    CHECK(!p.has_score_mods(), "causal + left window: plain kernel");
     p.is_causal = false;
     p.window = {-1, 0};
-    CHECK(p.has_score_mods(), "window (-1, 0) without causal: score-mod kernel");
+    CHECK(p.has_score_mods(), "window (-1, 0) on the non-causal kernel: score-mod kernel");
+    p.window = {128, 16};
+    CHECK(p.has_score_mods(), "window (128, 16): score-mod kernel");
     p.window = {};
     p.softcap = 0.1f;
     CHECK(p.has_score_mods(), "softcap: score-mod kernel");
@@ -887,6 +891,44 @@ void test_dropout_layout() {
   check_dropout_fragments_hdim<256>();
 }
 
+// FwdMask::apply, which works row by row, hides exactly the scores key_visible rejects, for every
+// thread's fragment of the forward and the backward S tiles.
+template <class TiledMma, int kM, int kN>
+long count_mask_apply_errors() {
+  TiledMma mma;
+  long bad = 0;
+  const int shapes[][2] = {{128, 128}, {100, 300}, {300, 100}, {1, 700}, {513, 513}};
+  const int origins[][2] = {{0, 0}, {128, 0}, {0, 128}, {256, 192}, {384, 512}};
+  for (Window w : kWindows) {
+    for (auto const& sqk : shapes) {
+      const FwdMask mask{sqk[0], sqk[1], w};
+      for (auto const& rc : origins) {
+        for (int tid = 0; tid < int(size(mma)); ++tid) {
+          auto thr = mma.get_thread_slice(tid);
+          Tensor tScS = thr.partition_C(make_identity_tensor(Shape<Int<kM>, Int<kN>>{}));
+          Tensor tSrS = partition_fragment_C(mma, Shape<Int<kM>, Int<kN>>{});
+          for (int i = 0; i < int(size(tSrS)); ++i) tSrS(i) = 1.f;
+          mask.apply(tSrS, tScS, rc[0], rc[1]);
+          for (int i = 0; i < int(size(tSrS)); ++i) {
+            const bool visible = mask.key_visible(rc[0] + get<0>(tScS(i)), rc[1] + get<1>(tScS(i)));
+            bad += visible != (tSrS(i) == 1.f);
+          }
+        }
+      }
+    }
+  }
+  return bad;
+}
+
+void test_mask_apply() {
+  using Fwd = FwdKernelTraits<64, true, cutlass::bfloat16_t, false, false>;
+  using Bwd = BwdKernelTraits<128, cutlass::bfloat16_t>;
+  const long fwd_bad = count_mask_apply_errors<typename Fwd::TiledMma, Fwd::kBlockM, Fwd::kBlockN>();
+  const long bwd_bad = count_mask_apply_errors<typename Bwd::TiledMmaSdP, Bwd::kBlockM, Bwd::kBlockN>();
+  CHECK_EQ(fwd_bad, 0L, "forward tile (hdim 64): apply matches key_visible");
+  CHECK_EQ(bwd_bad, 0L, "backward S tile (hdim 128): apply matches key_visible");
+}
+
 // ----------------------------------------------------------------------------------------------
 
 struct Case {
@@ -896,6 +938,7 @@ struct Case {
 const Case kCases[] = {
     {"tile_table", test_tile_table},
     {"mask", test_mask},
+    {"mask_apply", test_mask_apply},
     {"n_block_range", test_n_block_range},
     {"m_block_range", test_m_block_range},
     {"bwd_tile_table", test_bwd_tile_table},
