@@ -10,6 +10,7 @@ against torch SDPA's FLASH_ATTENTION (FA2) and CUDNN_ATTENTION backends (enable_
 same contiguous cache. Examples:
   python benchmarks/bench_decode.py --out benchmarks/results/h200_decode
   python benchmarks/bench_decode.py --batches 8 --lengths 8192 --layouts paged
+  python benchmarks/bench_decode.py --batches 1 --profile   (GPU time per kernel of each call)
 """
 import argparse
 import json
@@ -35,6 +36,9 @@ def parse_args(argv=None):
     p.add_argument("--lengths", type=int_list, default=[1024, 8192, 32768, 131072])
     p.add_argument("--layouts", default="contiguous,paged", help="comma list of contiguous,paged")
     p.add_argument("--out", metavar="PREFIX", help="write <PREFIX>.md and <PREFIX>.json")
+    p.add_argument("--num-splits", type=int, default=0, help="flash_attn_with_kvcache's num_splits (0: heuristic)")
+    p.add_argument("--profile", action="store_true",
+                   help="also print each kernel's GPU time per flash_attn_cute call (torch.profiler)")
     return p.parse_args(argv)
 
 
@@ -63,7 +67,23 @@ def copy_bandwidth():
     return 2 * src.numel() / us / 1e3
 
 
-def run_point(fac, batch, length, layout):
+def kernel_times(fn, calls=20):
+    """{kernel name: microseconds per call} of fn, from torch.profiler's CUDA activity."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    times = {}
+    for event in prof.key_averages():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            times[event.key] = times.get(event.key, 0.0) + event.device_time_total / calls
+    return times
+
+
+def run_point(fac, batch, length, layout, num_splits=0, profile=False):
     """{name: microseconds} for one grid point, plus the max |difference| of cute against FA2."""
     dtype = torch.bfloat16
     q = torch.randn(batch, 1, NHEADS, HDIM, device="cuda", dtype=dtype)
@@ -74,24 +94,38 @@ def run_point(fac, batch, length, layout):
         k_cache = torch.randn(batch * pages_per_seq, PAGE_SIZE, NHEADS_K, HDIM, device="cuda", dtype=dtype)
         v_cache = torch.randn_like(k_cache)
         table = torch.randperm(batch * pages_per_seq, device="cuda").view(batch, pages_per_seq).to(torch.int32)
-        times["cute"] = bench_graph(lambda: fac.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
-                                                                        block_table=table))
+        call = lambda: fac.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table,
+                                                  num_splits=num_splits)
+        times["cute"] = bench_graph(call)
+        if profile:
+            print_kernel_times(batch, length, layout, call)
         return times, diff
     k_cache = torch.randn(batch, length, NHEADS_K, HDIM, device="cuda", dtype=dtype)
     v_cache = torch.randn_like(k_cache)
-    out = fac.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens)
-    times["cute"] = bench_graph(lambda: fac.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens))
+    call = lambda: fac.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, num_splits=num_splits)
+    out = call()
+    times["cute"] = bench_graph(call)
+    if profile:
+        print_kernel_times(batch, length, layout, call)
     qt, kt, vt = q.transpose(1, 2), k_cache.transpose(1, 2), v_cache.transpose(1, 2)
     for name, backend in SDPA.items():
         try:
             with sdpa_kernel(backend):
                 ref = F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
-                times[name] = bench_graph(lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True))
+                sdpa = lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+                times[name] = bench_graph(sdpa)
+                if profile:
+                    print_kernel_times(batch, length, name, sdpa)
             if name == "FA2":
                 diff = (ref.transpose(1, 2).float() - out.float()).abs().max().item()
         except (RuntimeError, torch.OutOfMemoryError) as exc:
             print(f"  {name} b{batch} L{length}: {str(exc).splitlines()[0][:100]}", file=sys.stderr)
     return times, diff
+
+
+def print_kernel_times(batch, length, layout, call):
+    for name, us in sorted(kernel_times(call).items(), key=lambda kv: -kv[1]):
+        print(f"  profile {layout} b{batch} L{length}: {us:7.1f} us  {name[:110]}", flush=True)
 
 
 def main(argv=None):
@@ -103,7 +137,7 @@ def main(argv=None):
     for layout in args.layouts.split(","):
         for batch in args.batches:
             for length in args.lengths:
-                times, diff = run_point(fac, batch, length, layout)
+                times, diff = run_point(fac, batch, length, layout, args.num_splits, args.profile)
                 kv_bytes = 2 * batch * length * NHEADS_K * HDIM * 2
                 gbs = kv_bytes / times["cute"] / 1e3
                 row = dict(layout=layout, batch=batch, length=length, us=times["cute"], gbs=gbs,

@@ -21,7 +21,7 @@ torch.cuda.synchronize()
 PY
 ncu --clock-control none -k "regex:flash_bwd_kernel|flash_bwd_dq_dk_dv" -c 2 \
     --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy \
-    --section ComputeWorkloadAnalysis --section SourceCounters --section SchedulerStats \
+    --section ComputeWorkloadAnalysis --section SourceCounters --section SchedulerStats --section InstructionStats \
     --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
     python3 /tmp/ncu_bwd_case.py > "$OUT/ncu_bwd.txt" 2>&1
 grep -E "flash_bwd|Duration|Registers|Throughput|stalled|Bank|Issued|Warp Cycles|Eligible|Active Warps" "$OUT/ncu_bwd.txt" | head -80
