@@ -73,6 +73,13 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});               // (kBlockN, kHeadDim)
   Tensor sP = make_tensor(sV.data() + size(sV), typename Traits::SmemLayoutPdS{});              // (kBlockM, kBlockN)
   Tensor sdS = make_tensor(sP.data() + size(sP), typename Traits::SmemLayoutPdS{});             // (kBlockM, kBlockN)
+  // The fp32 dQ staging tile, after the others (sm_90, when it fits: see BwdKernelTraits).
+  float* sdQ = reinterpret_cast<float*>(smem + Traits::kSmemTileBytes);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool use_dq_bulk = Traits::kDQBulkReduce;
+#else
+  constexpr bool use_dq_bulk = false;
+#endif
   Tensor sQt = make_tensor(sQ.data(), typename Traits::SmemLayoutQt{});                         // (kHeadDim, kBlockM)
   Tensor sdOt = make_tensor(sdO.data(), typename Traits::SmemLayoutQt{});                       // (kHeadDim, kBlockM)
   Tensor sKt = make_tensor(sK.data(), typename Traits::SmemLayoutKt{});                         // (kHeadDim, kBlockN)
@@ -224,7 +231,8 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     Tensor rdS = convert_type<Element>(tdPrdP);
     copy(copy_pds, copy_pds.get_thread_slice(tidx).retile_S(rP), tPsP);
     copy(copy_pds, copy_pds.get_thread_slice(tidx).retile_S(rdS), tdSsdS);
-    __syncthreads();  // P and dS are in shared memory
+    if (use_dq_bulk && tidx < kBlockM) bulk_wait<true>();  // the last dQ tile has left sdQ
+    __syncthreads();  // P and dS are in shared memory; sdQ is free
 
     gemm_ss(mma_dkv, acc_dv, tdVrPt, tdVrdOt, tdVsPt, in_slot(tdVsdOt, slot, kSlot), copy_dkv_A, copy_dkv_B, tidx);
     Tensor acc_dq = partition_fragment_C(mma_dq, tile_mk);  // (MMA, MMA_M, MMA_K)
@@ -241,7 +249,12 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
             ? n_block
             : n_block - fwd_n_block_range(m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window)
                             .n_block_min;
-    add_dq_tile(acc_dq, tdQcdQ, gdQaccum, int(params.dq_accum_row_stride), semaphore, dq_order);
+    if constexpr (use_dq_bulk) {
+      add_dq_tile_bulk<kBlockM, kHeadDim, Traits::kSmemDQRowStride>(acc_dq, tdQcdQ, sdQ, gdQaccum,
+                                                                     int(params.dq_accum_row_stride), semaphore, dq_order);
+    } else {
+      add_dq_tile(acc_dq, tdQcdQ, gdQaccum, int(params.dq_accum_row_stride), semaphore, dq_order);
+    }
     gemm_ss(mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, in_slot(tdKsQt, slot, kSlot), copy_dkv_A, copy_dkv_B, tidx);
   };
 
@@ -277,6 +290,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     }
   }
   // dK and dV, also when no query row saw these keys (then they are 0).
+  if (use_dq_bulk && tidx < kBlockM) bulk_wait<true>();  // shared memory outlives the last dQ rows' reads
   __syncthreads();  // every warp is done reading K and V
   Tensor gdK = k_side_tile(params.dk);
   Tensor gdV = k_side_tile(params.dv);

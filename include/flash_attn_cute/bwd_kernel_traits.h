@@ -71,8 +71,17 @@ struct BwdKernelTraits {
   static constexpr int kSmemQElems = cosize_v<SmemLayoutQ>;
   static constexpr int kSmemKVElems = cosize_v<SmemLayoutKV>;
   static constexpr int kSmemPdSElems = cosize_v<SmemLayoutPdS>;
-  static constexpr int kSmemBytes = (4 * kSmemQElems + 2 * kSmemKVElems + 2 * kSmemPdSElems) * sizeof(Element);
-  static_assert(kSmemBytes <= 227 * 1024, "backward tiles exceed the shared memory of one SM");
+  static constexpr int kSmemTileBytes = (4 * kSmemQElems + 2 * kSmemKVElems + 2 * kSmemPdSElems) * sizeof(Element);
+  static_assert(kSmemTileBytes <= 227 * 1024, "backward tiles exceed the shared memory of one SM");
+
+  // On sm_90 a dQ tile goes to the fp32 accumulator as one bulk reduction per row, from an fp32
+  // staging tile after the others (rows padded by 8 floats: the MMA layout's stores are then
+  // conflict-free), when it fits; otherwise (and on sm_80) as per-thread vector atomics.
+  static constexpr int kSmemDQRowStride = kHeadDim + 8;
+  static constexpr int kSmemDQBytes = kBlockM * kSmemDQRowStride * int(sizeof(float));
+  static constexpr bool kDQBulkReduce = kSmemTileBytes + kSmemDQBytes <= 227 * 1024;
+  static constexpr int kSmemBytes = kSmemTileBytes + (kDQBulkReduce ? kSmemDQBytes : 0);
+  static_assert(kBlockM <= kNThreads, "one thread per dQ row issues its bulk reduction");
 
   using GmemTiledCopy = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyAsync;
   using GmemTiledCopyOut = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyStore;

@@ -21,14 +21,19 @@ cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
 
   auto kernel = flash_bwd_kernel<Traits, kIsCausal, kIsEvenK, kVariant>;
-  constexpr int kSmemBytes = Traits::kSmemBytes;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  // The dQ staging tile is used by the sm_90 code only (sm_80 has 164 KB of shared memory): the
+  // binary the device runs says which.
+  cudaFuncAttributes attributes;
+  err = cudaFuncGetAttributes(&attributes, kernel);
+  if (err != cudaSuccess) return err;
+  const int smem_bytes = attributes.binaryVersion >= 90 ? Traits::kSmemBytes : Traits::kSmemTileBytes;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (err != cudaSuccess) return err;
   const int n_blocks = ceil_div(params.seqlen_k, Traits::kBlockN);
   const dim3 grid = bwd_grid_key_block_major(kIsCausal, params.deterministic)
                         ? dim3(params.heads_k, params.batch, n_blocks)
                         : dim3(n_blocks, params.batch, params.heads_k);
-  kernel<<<grid, Traits::kNThreads, kSmemBytes, stream>>>(params);
+  kernel<<<grid, Traits::kNThreads, smem_bytes, stream>>>(params);
   err = cudaPeekAtLastError();
   if (err != cudaSuccess) return err;
 
