@@ -91,11 +91,22 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
   // Only the top key block can end past seqlen_k, and it always runs a masked step: the
   // mask-free steps skip the row predicate.
   // head_ptr / view: head bidh_kv of K or V; a paged cache finds each row's page from the block table.
+  // When the page size is a multiple of kBlockN, a key block lies in one page: one table lookup for
+  // the block, then the dense copy (a page outside the cache reads as zeros).
   auto load_kv = [&](auto const& tgmem, auto& tsmem, Element const* head_ptr, TensorView const& view, int n_block,
                      auto is_masked) {
     constexpr bool kCheckRows = decltype(is_masked)::value;
     const int rows_valid = binfo.seqlen_k - n_block * kBlockN;
     if constexpr (Is_split) {
+      if (params.block_table != nullptr && params.page_size % kBlockN == 0) {
+        const index_t offset = paged_row_offset(params, view, bidb, n_block * kBlockN);
+        Tensor gBlock = make_tensor(make_gmem_ptr(head_ptr + (offset < 0 ? 0 : offset)),
+                                    Shape<Int<kBlockN>, Int<kHeadDim>>{},
+                                    make_stride(view.row_stride, _1{}));  // (kBlockN, kHeadDim)
+        copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, gmem_thr_copy.partition_S(gBlock), tsmem, tKVcKV,
+                                       offset < 0 ? 0 : rows_valid, params.head_dim);
+        return;
+      }
       if (params.block_table != nullptr) {
         auto row_offset = [&](int row) { return paged_row_offset(params, view, bidb, n_block * kBlockN + row); };
         copy_rows_or_zero<kCheckRows, !Is_even_K>(gmem_tiled_copy, head_ptr, row_offset, tsmem, tKVcKV, rows_valid,
