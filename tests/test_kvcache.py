@@ -127,11 +127,16 @@ def test_kvcache_matches_reference(page_size, update, heads, rows):
 
 
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("d", [64, 128])
-def test_kvcache_dtypes_head_dims(dtype, d):
+@pytest.mark.parametrize("d", [32, 64, 80, 128, 256])
+@pytest.mark.parametrize("page_size", [16, 256])
+def test_kvcache_dtypes_head_dims(dtype, d, page_size):
+    """Head dims of every split-KV tile (80 runs on the 96 kernel with masked columns), with pages
+    smaller than the split kernel's key block (looked up row by row) and pages that hold whole key
+    blocks (one lookup per block); then a dense cache."""
     torch.manual_seed(1)
-    _run_and_check(dtype=dtype, d=d, seqlen_new=2, rotary="interleaved", page_size=16)
-    _run_and_check(dtype=dtype, d=d, seqlen_q=5, causal=True, capacity=300)
+    _run_and_check(dtype=dtype, d=d, seqlen_new=2, rotary="interleaved", page_size=page_size)
+    if page_size == 16:
+        _run_and_check(dtype=dtype, d=d, seqlen_q=5, causal=True, capacity=300)
 
 
 @pytest.mark.parametrize("num_splits", [0, 1, 3, 8, 128])
