@@ -20,7 +20,8 @@ def _check_int32_vector(name, t, batch):
 
 def check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
                   block_table, num_splits):
-    """Shapes, dtypes and the values that can be read without a device synchronisation."""
+    """Shapes, dtypes and the values that can be read without a device synchronisation. Returns the
+    cache's capacity: the key rows one sequence can hold."""
     V.check_dtypes(q=q, k_cache=k_cache, v_cache=v_cache)
     if q.dim() != 4:
         V._fail(f"q must be 4-D (batch, seqlen_q, nheads, headdim), got shape {tuple(q.shape)}")
@@ -81,7 +82,6 @@ def check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
             V._fail(f"rotary_dim (2 * rotary_cos.size(1) = {rotary_dim}) must be a multiple of 16 in [16, {head_dim}]")
         if k is None:
             V._fail("rotary_cos / rotary_sin rotate the new keys: give k and v too")
-    capacity = block_table.size(1) * k_cache.size(1) if block_table is not None else k_cache.size(1)
     if rotary_cos is not None and rotary_cos.size(0) < capacity:
         V._fail(f"rotary_cos / rotary_sin have {rotary_cos.size(0)} positions; the cache holds {capacity} rows "
                 "per sequence and needs one position per row")
@@ -114,6 +114,7 @@ def check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
     V.check_device(**layouts, rotary_cos=rotary_cos, rotary_sin=rotary_sin, block_table=block_table,
                    cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
                    cache_seqlens=cache_seqlens if isinstance(cache_seqlens, torch.Tensor) else None)
+    return capacity
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
@@ -130,9 +131,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     return_softmax_lse."""
     if q.dim() == 4:
         window_size = V.check_score_mods(window_size, softcap, alibi_slopes, q.size(0), q.size(2), q.device)
-    check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
-                  block_table, num_splits)
-    capacity = block_table.size(1) * k_cache.size(1) if block_table is not None else k_cache.size(1)
+    capacity = check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                             cache_leftpad, block_table, num_splits)
     _ops._require_kernel(q.dtype, q.size(-1), _ops.kernel_causal(causal, window_size),
                          variant=_ops.kernel_variant(window_size, softcap, alibi_slopes, causal, capacity))
     if softmax_scale is None:
