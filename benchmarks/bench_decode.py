@@ -92,21 +92,19 @@ def run_point(fac, batch, length, layout, num_splits=0, profile=False):
     if layout == "paged":
         pages_per_seq = math.ceil(length / PAGE_SIZE)
         k_cache = torch.randn(batch * pages_per_seq, PAGE_SIZE, NHEADS_K, HDIM, device="cuda", dtype=dtype)
-        v_cache = torch.randn_like(k_cache)
         table = torch.randperm(batch * pages_per_seq, device="cuda").view(batch, pages_per_seq).to(torch.int32)
-        call = lambda: fac.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table,
-                                                  num_splits=num_splits)
-        times["cute"] = bench_graph(call)
-        if profile:
-            print_kernel_times(batch, length, layout, call)
-        return times, diff
-    k_cache = torch.randn(batch, length, NHEADS_K, HDIM, device="cuda", dtype=dtype)
+    else:
+        k_cache = torch.randn(batch, length, NHEADS_K, HDIM, device="cuda", dtype=dtype)
+        table = None
     v_cache = torch.randn_like(k_cache)
-    call = lambda: fac.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, num_splits=num_splits)
+    call = lambda: fac.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table,
+                                              num_splits=num_splits)
     out = call()
     times["cute"] = bench_graph(call)
     if profile:
         print_kernel_times(batch, length, layout, call)
+    if layout == "paged":  # SDPA has no paged form
+        return times, diff
     qt, kt, vt = q.transpose(1, 2), k_cache.transpose(1, 2), v_cache.transpose(1, 2)
     for name, backend in SDPA.items():
         try:
