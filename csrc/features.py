@@ -6,6 +6,7 @@ once. Run it directly to (re)generate: `python csrc/features.py [--print-sources
 """
 import argparse
 import hashlib
+import re
 import importlib.util
 import os
 import subprocess
@@ -173,13 +174,27 @@ def nvcc_version():
                           check=True).stdout.strip().splitlines()[-1]
 
 
+def kernel_headers(source):
+    """The headers of include/flash_attn_cute that source includes, directly or through each other
+    (a forward object does not depend on the backward's headers, nor the other way round)."""
+    header_dir = ROOT / "include" / "flash_attn_cute"
+    include = re.compile(r'^\s*#\s*include\s+"(?:flash_attn_cute/)?([\w.]+)"', re.M)
+    found, todo = set(), [Path(source)]
+    while todo:
+        for name in include.findall(todo.pop().read_text()):
+            path = header_dir / name
+            if path.exists() and path not in found:
+                found.add(path)
+                todo.append(path)
+    return sorted(found)
+
+
 def prebuilt_key(source, archs, nvcc_version):
-    """What a prebuilt kernel object depends on: its source, every kernel header, the CuTe version,
-    the flags and the compiler. An object is reused only when its stored key matches."""
+    """What a prebuilt kernel object depends on: its source, the kernel headers it includes, the
+    CuTe version, the flags and the compiler. An object is reused only when its stored key matches."""
     digest = hashlib.sha256()
     cutlass_include, _ = find_cutlass_include()
-    headers = sorted((ROOT / "include" / "flash_attn_cute").glob("*.h"))
-    for path in [Path(source)] + headers + [Path(cutlass_include) / "cutlass" / "version.h"]:
+    for path in [Path(source)] + kernel_headers(source) + [Path(cutlass_include) / "cutlass" / "version.h"]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     digest.update(" ".join(nvcc_flags(archs)).encode() + b"\0" + nvcc_version.encode())
     return digest.hexdigest()

@@ -9,7 +9,8 @@
 #include "bwd_kernel.h"
 #include "bwd_kernel_traits.h"
 #include "bwd_preprocess.h"
-#include "fwd_launch.h"
+#include "kernel_traits.h"
+#include "row_walk.h"
 
 namespace flash_attn_cute {
 

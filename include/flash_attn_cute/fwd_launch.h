@@ -10,17 +10,6 @@
 
 namespace flash_attn_cute {
 
-template <DType kDType>
-struct ElementOf;
-template <>
-struct ElementOf<DType::kFloat16> {
-  using type = cutlass::half_t;
-};
-template <>
-struct ElementOf<DType::kBFloat16> {
-  using type = cutlass::bfloat16_t;
-};
-
 // One launch of the forward kernel, whole (Is_split false) or split-KV.
 template <class Traits, bool kIsCausal, bool kIsEvenK, bool kIsSplit, Variant kVariant>
 cudaError_t launch_fwd_kernel(FwdParams const& params, cudaStream_t stream) {

@@ -5,11 +5,24 @@
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_types.h>
 
+#include "params.h"
 #include "tile_size.h"
 
 namespace flash_attn_cute {
 
 using namespace cute;
+
+// The CUTLASS element type of a DType.
+template <DType kDType>
+struct ElementOf;
+template <>
+struct ElementOf<DType::kFloat16> {
+  using type = cutlass::half_t;
+};
+template <>
+struct ElementOf<DType::kBFloat16> {
+  using type = cutlass::bfloat16_t;
+};
 
 template <typename Element>
 struct Sm80MmaAtom;
