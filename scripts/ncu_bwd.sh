@@ -2,6 +2,8 @@
 # Profiles one backward shape with Nsight Compute: flash_attn_cute's main kernel and torch's FA2
 # backward kernel side by side. Needs an installed flash_attn_cute (scripts/gpu_check.sh).
 #   usage: bash scripts/ncu_bwd.sh [hdim] [seqlen] [causal 0/1]   (writes $OUT/ncu_bwd.txt)
+#   SOURCE=1: instead, the warp-stall samples of every SASS instruction of both kernels
+#   ($OUT/ncu_bwd_source_<hdim>.csv.gz; scripts/sass_stalls.py sums them per stall reason and opcode).
 set -uo pipefail
 OUT=${OUT:-/tmp/flash_attn_cute_out}
 hdim=${1:-128} seqlen=${2:-8192} causal=${3:-0}
@@ -19,6 +21,13 @@ with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
     torch.autograd.grad(o2, (qt, kt, vt), do.detach().transpose(1, 2).contiguous())
 torch.cuda.synchronize()
 PY
+if [ "${SOURCE:-0}" = 1 ]; then
+  ncu --clock-control none -k "regex:flash_bwd_kernel|flash_bwd_dq_dk_dv" -c 2 --section SourceCounters \
+      --section WarpStateStats -f -o /tmp/ncu_bwd_source python3 /tmp/ncu_bwd_case.py > /tmp/ncu_bwd_source.log 2>&1
+  tail -3 /tmp/ncu_bwd_source.log
+  ncu -i /tmp/ncu_bwd_source.ncu-rep --page source --csv --print-source sass | gzip > "$OUT/ncu_bwd_source_$hdim.csv.gz"
+  exit 0
+fi
 ncu --clock-control none -k "regex:flash_bwd_kernel|flash_bwd_dq_dk_dv" -c 2 \
     --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy \
     --section ComputeWorkloadAnalysis --section SourceCounters --section SchedulerStats --section InstructionStats \
