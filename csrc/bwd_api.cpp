@@ -49,12 +49,13 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
               "flash_attn_cute: the causal (or window (left, 0)) and deterministic backward support seqlen_k up to ",
               num(65535 * int64_t(tile.block_n)), " for this head dim");
 
-  // The dQ accumulator (see BwdParams): whole row blocks per sequence, dq's (row, head, dim) order.
+  // The dQ accumulator (see BwdParams): whole row blocks per sequence, (head, row, dim) order, so
+  // that a row block of one head is contiguous (bwd_epilogue.h).
   const int64_t accum_rows = p.varlen ? p.total_q + p.batch * block_m : m_blocks * block_m;
   auto f32 = q.options().dtype(at::kFloat);
   at::Tensor dsoftmax_sum = at::empty(lse_shape(p), f32);
-  at::Tensor dq_accum = p.varlen ? at::zeros({accum_rows, p.heads, kernel_head_dim}, f32)
-                                 : at::zeros({p.batch, accum_rows, p.heads, kernel_head_dim}, f32);
+  at::Tensor dq_accum = p.varlen ? at::zeros({p.heads, accum_rows, kernel_head_dim}, f32)
+                                 : at::zeros({p.batch, p.heads, accum_rows, kernel_head_dim}, f32);
   at::Tensor dq_semaphore;
   if (deterministic) dq_semaphore = at::zeros({p.batch, p.heads, m_blocks}, q.options().dtype(at::kInt));
 
@@ -71,8 +72,8 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   params.dsoftmax_sum_ptr = dsoftmax_sum.data_ptr<float>();
   params.dq_accum_ptr = dq_accum.data_ptr<float>();
   params.dq_accum_batch_stride = p.varlen ? 0 : dq_accum.stride(0);
-  params.dq_accum_row_stride = dq_accum.stride(-3);
-  params.dq_accum_head_stride = dq_accum.stride(-2);
+  params.dq_accum_row_stride = dq_accum.stride(-2);
+  params.dq_accum_head_stride = dq_accum.stride(-3);
   params.dq_accum_varlen_pad = p.varlen ? block_m : 0;
   params.deterministic = deterministic;
   params.dq_semaphore = deterministic ? dq_semaphore.data_ptr<int>() : nullptr;

@@ -1,9 +1,10 @@
-// The backward's two ways out: one dQ tile added into the fp32 accumulator (atomically, and in
-// key-block order when deterministic), and the dK / dV tiles written once at the end of a CTA.
+// The backward's two ways out: the dQ tiles added into the fp32 accumulator (in key-block order
+// when deterministic), and the dK / dV tiles written once at the end of a CTA.
 #pragma once
 
 #include <cute/tensor.hpp>
 
+#include "bwd_preprocess.h"
 #include "params.h"
 #include "utils.h"
 
@@ -30,39 +31,6 @@ __device__ __forceinline__ void wait_for(int const* semaphore, int value) {
   } while (seen != value);
 }
 
-// Adds one (kBlockM, kHeadDim) dQ tile into gdQaccum, an fp32 tile of the accumulator with
-// row_stride floats between rows, whose rows all exist (rows past seqlen_q add zeros). semaphore: nullptr, or the (batch, head,
-// row block) counter that says how many key blocks have added their tile; this CTA's turn is
-// n_block. tdQrdQ, tdQcdQ: (MMA, MMA_M, MMA_K) accumulator and its (row, col) coordinates; the
-// two values of a thread at MMA index (2i, 2i + 1) are adjacent columns of one row.
-template <class TensorAcc, class TensorC>
-__device__ __forceinline__ void add_dq_tile(TensorAcc const& tdQrdQ, TensorC const& tdQcdQ, float* gdQaccum,
-                                            int row_stride, int* semaphore, int n_block) {
-  if (semaphore != nullptr) {
-    if (threadIdx.x == 0) wait_for(semaphore, n_block);
-    __syncthreads();
-  }
-  Tensor acc_rc = make_tensor(tdQrdQ.data(), acc_layout_rowcol(tdQrdQ.layout()));  // (rows, cols)
-  Tensor coord_rc = make_tensor(tdQcdQ.data(), acc_layout_rowcol(tdQcdQ.layout()));  // (rows, cols) -> (m, k)
-#pragma unroll
-  for (int mi = 0; mi < size<0>(acc_rc); ++mi) {
-    float* row = gdQaccum + get<0>(coord_rc(mi, 0)) * row_stride;
-#pragma unroll
-    for (int ni = 0; ni < size<1>(acc_rc); ni += 2) {
-      atomic_add_pair(row + get<1>(coord_rc(mi, ni)), acc_rc(mi, ni), acc_rc(mi, ni + 1));
-    }
-  }
-  if (semaphore != nullptr) {
-    // Every thread's additions happen before thread 0's release (the barrier orders them, the
-    // fence is cumulative), so the next key block's CTA sees them all once it sees the count.
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      __threadfence();
-      atomicAdd(semaphore, 1);
-    }
-  }
-}
-
 // sm_90 bulk copies (PTX ISA 8.0): one instruction moves a whole row between shared and global
 // memory, the reduction done by the memory system. Its operands are warp-uniform: when the lanes of
 // a warp each issue one, the compiler issues them one lane after another.
@@ -71,6 +39,12 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, float const* sm
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(gmem),
                "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem))), "r"(bytes)
                : "memory");
+#endif
+}
+
+// Closes this thread's bulk copies issued so far into one group (bulk_wait waits for groups).
+__device__ __forceinline__ void bulk_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 #endif
 }
@@ -95,50 +69,116 @@ __device__ __forceinline__ void bulk_wait() {
 #endif
 }
 
-// add_dq_tile through shared memory: every thread stores its part of the tile into sdQ (kBlockM
-// rows of kSmemRowStride floats), then thread r < kBlockM adds row r into the accumulator with one
-// bulk reduction: the first kBlockM / 32 warps issue them while the others go on to dK (measured on
-// H200: faster than atomics, than each warp adding its own part of the tile, and than lane 0 of
-// every warp adding kBlockM / warps rows). The caller guarantees sdQ is free: the previous tile's
-// issuers have waited for their reads (bulk_wait<true>) before a barrier that every thread has
-// passed since.
-template <int kBlockM, int kHeadDim, int kSmemRowStride, class TensorAcc, class TensorC>
-__device__ __forceinline__ void add_dq_tile_bulk(TensorAcc const& tdQrdQ, TensorC const& tdQcdQ, float* sdQ,
-                                                 float* gdQaccum, int row_stride, int* semaphore, int n_block) {
-  Tensor acc_rc = make_tensor(tdQrdQ.data(), acc_layout_rowcol(tdQrdQ.layout()));  // (rows, cols)
-  Tensor coord_rc = make_tensor(tdQcdQ.data(), acc_layout_rowcol(tdQcdQ.layout()));  // (rows, cols) -> (m, k)
-#pragma unroll
-  for (int mi = 0; mi < size<0>(acc_rc); ++mi) {
-    float* row = sdQ + get<0>(coord_rc(mi, 0)) * kSmemRowStride;
-#pragma unroll
-    for (int ni = 0; ni < size<1>(acc_rc); ni += 2) {
-      *reinterpret_cast<float2*>(row + get<1>(coord_rc(mi, ni))) = make_float2(acc_rc(mi, ni), acc_rc(mi, ni + 1));
+// Adds a CTA's (kBlockM, kHeadDim) dQ tiles into the fp32 accumulator, one per query row block,
+// whose rows are contiguous (kHeadDim floats each) and laid out as dq_accum_col(..., kBulk) says.
+//   kBulk (sm_90): add() stores the tile into sdQ, an image of the accumulator's tile; after the
+//     next CTA-wide barrier (sync_then_add()), one lane of every warp adds kBlockM / kNWarps
+//     contiguous rows with one bulk reduction. The barrier the step has anyway makes the whole
+//     tile visible (measured on H200: faster than one reduction per row, issued by two warps or by
+//     every warp, than atomics, and than each warp adding its own part of the tile).
+//   Otherwise: add() adds the tile at once with atomics, a pair of adjacent columns at a time.
+// Deterministic (a semaphore per (batch, head, row block)): a tile is added once the key blocks
+// before it in the row block's order have added theirs, and the turn is handed on at the next
+// barrier after, when the additions have completed, so that no thread waits for its own additions.
+// The tile's destination and semaphore live in shared memory (thread 0 writes them): registers
+// are what the backward is short of.
+template <bool kBulk, int kBlockM, int kHeadDim, int kNWarps>
+struct DqAccumulator {
+  static_assert(kBlockM % kNWarps == 0 && kHeadDim % 32 == 0, "every warp adds the same number of whole rows");
+  struct Tile {
+    float* dst;      // the tile's first row in the accumulator
+    int* semaphore;  // nullptr, or the row block's counter
+    int turn;        // this CTA's place in the row block's order
+  };
+  enum Phase { kNone, kStaged, kAdded };
+
+  float* sdQ;      // kBulk: the staged tile, kBlockM x kHeadDim floats
+  Tile* tile;      // in shared memory
+  Phase phase = kNone;
+
+  // tdQrdQ, tdQcdQ: (MMA, MMA_M, MMA_K) accumulator and its (row, col) coordinates. gdQaccum: the
+  // tile's first row, all rows existing (rows past seqlen_q add 0), a multiple of 8 rows from the
+  // sequence's first. semaphore, turn: see Tile.
+  // A sync_then_release() has passed since the last add (kBulk: sdQ is free).
+  template <class TensorAcc, class TensorC>
+  __device__ __forceinline__ void add(TensorAcc const& tdQrdQ, TensorC const& tdQcdQ, float* gdQaccum, int* semaphore,
+                                      int turn) {
+    if constexpr (kBulk) {
+      for_each_acc_pair(tdQrdQ, tdQcdQ, [&](int row, int col, float a, float b) {
+        *reinterpret_cast<float2*>(sdQ + row * kHeadDim + dq_accum_col(row, col, kHeadDim, true)) = make_float2(a, b);
+      });
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stores are visible to the bulk copies
+#endif
+      if (threadIdx.x == 0) *tile = Tile{gdQaccum, semaphore, turn};
+      phase = kStaged;
+    } else {
+      if (semaphore != nullptr) {
+        if (threadIdx.x == 0) wait_for(semaphore, turn);
+        __syncthreads();
+      }
+      for_each_acc_pair(tdQrdQ, tdQcdQ, [&](int row, int col, float a, float b) {
+        atomic_add_pair(gdQaccum + row * kHeadDim + col, a, b);
+      });
+      if (threadIdx.x == 0) tile->semaphore = semaphore;
+      phase = kAdded;
     }
   }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stores are visible to the bulk copies
-#endif
-  if (semaphore != nullptr && threadIdx.x == 0) {
-    wait_for(semaphore, n_block);
-    fence_proxy_async_global();  // the earlier key blocks' bulk additions come before ours
-  }
-  __syncthreads();
-  if (threadIdx.x < kBlockM) {
-    bulk_reduce_add_f32(gdQaccum + threadIdx.x * row_stride, sdQ + threadIdx.x * kSmemRowStride,
-                        kHeadDim * int(sizeof(float)));
-  }
-  if (semaphore != nullptr) {
-    if (threadIdx.x < kBlockM) {
-      bulk_wait<false>();  // the rows are added, not just read
-      fence_proxy_async_global();
+
+  // The step's first CTA-wide barrier (__syncthreads): after it the staged tile is added (kBulk);
+  // an atomically added tile's turn is handed on (see release).
+  __device__ __forceinline__ void sync_then_add() {
+    if constexpr (kBulk) {
+      if (phase == kStaged && threadIdx.x == 0 && tile->semaphore != nullptr) {
+        wait_for(tile->semaphore, tile->turn);
+        fence_proxy_async_global();  // the earlier key blocks' additions come before ours
+      }
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      __threadfence();
-      atomicAdd(semaphore, 1);
+    if constexpr (kBulk) {
+      if (phase == kStaged) {
+        // One lane of every warp issues the warp's rows: with warp-uniform operands (the warp index
+        // through a shuffle) they stay in uniform registers, with no per-lane loop around the copy.
+        constexpr int kChunk = kBlockM / kNWarps * kHeadDim;  // floats
+        const int warp = __shfl_sync(0xffffffff, int(threadIdx.x) / 32, 0);
+        if (cute::elect_one_sync()) {
+          bulk_reduce_add_f32(tile->dst + warp * kChunk, sdQ + warp * kChunk, kChunk * int(sizeof(float)));
+          bulk_commit();
+        }
+        phase = kAdded;
+      }
+    } else {
+      release();
     }
   }
-}
+
+  // The step's second CTA-wide barrier: the added tile's turn is handed on, and sdQ is free.
+  __device__ __forceinline__ void sync_then_release() {
+    if constexpr (kBulk) {
+      if (phase == kAdded && tile->semaphore != nullptr) {
+        bulk_wait<false>();  // the rows are added, not just read
+        fence_proxy_async_global();
+      } else {
+        bulk_wait<true>();
+      }
+    }
+    __syncthreads();
+    release();
+  }
+
+ private:
+  // After a barrier: every thread's additions happen before thread 0's release (the barrier orders
+  // them, the fence is cumulative), so the next key block's CTA sees them all once it sees the count.
+  __device__ __forceinline__ void release() {
+    if (phase == kAdded) {
+      if (threadIdx.x == 0 && tile->semaphore != nullptr) {
+        __threadfence();
+        atomicAdd(tile->semaphore, 1);
+      }
+      phase = kNone;
+    }
+  }
+};
 
 // Writes a (kBlockN, kHeadDim) fp32 accumulator, times scale, to gOut through the shared tile sTmp
 // (free for reuse: the caller has synchronised). Rows at or past rows_left and columns at or past

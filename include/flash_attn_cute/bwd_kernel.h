@@ -3,7 +3,7 @@
 // each, the query row blocks that see its keys. Per row block (bwd_step):
 //   S = Q K^T, P = exp2(S * scale * log2(e) - LSE * log2(e))   (recomputed from the forward's LSE)
 //   dP = dO V^T, dS = P * (dP - D)                              (D = rowsum(dO * O), preprocessed)
-//   dV += P^T dO, dK += dS^T Q,  dQaccum += dS K                (fp32 atomics)
+//   dV += P^T dO, dK += dS^T Q,  dQaccum += dS K                (fp32 reductions: bwd_epilogue.h)
 // (with dropout, P and dP are masked and scaled first: see bwd_step).
 // Q and dO are double-buffered: the next row block loads during this one. The causal diagonal and
 // a key block past seqlen_k run the masked step; the rest run mask-free, with the same body.
@@ -23,12 +23,6 @@
 namespace flash_attn_cute {
 
 using namespace cute;
-
-// The same partitioned tile, one double-buffer slot further on in shared memory.
-template <class TensorT>
-__device__ __forceinline__ auto in_slot(TensorT const& t, int slot, int slot_elems) {
-  return make_tensor(t.data() + slot * slot_elems, t.layout());
-}
 
 template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant>
 __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* smem, int n_block, int bidb,
@@ -66,20 +60,23 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     return make_tensor(make_gmem_ptr(ptr), tile_mk, make_stride(t.row_stride, _1{}));
   };
 
-  // Shared memory: Q x 2, dO x 2, K, V, P, dS, and the transposed views the GEMMs read.
+  // Shared memory: Q x 2, dO x 2, K, V, P, dS (then LSE and D, the dQ tile), and the transposed
+  // views the GEMMs read.
   Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), typename Traits::SmemLayoutQ{});
   Tensor sdO = make_tensor(sQ.data() + 2 * kSlot, typename Traits::SmemLayoutQ{});              // (kBlockM, kHeadDim)
   Tensor sK = make_tensor(sdO.data() + 2 * kSlot, typename Traits::SmemLayoutKV{});             // (kBlockN, kHeadDim)
   Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});               // (kBlockN, kHeadDim)
   Tensor sP = make_tensor(sV.data() + size(sV), typename Traits::SmemLayoutPdS{});              // (kBlockM, kBlockN)
   Tensor sdS = make_tensor(sP.data() + size(sP), typename Traits::SmemLayoutPdS{});             // (kBlockM, kBlockN)
-  // The fp32 dQ staging tile, after the others (sm_90, when it fits: see BwdKernelTraits).
-  float* sdQ = reinterpret_cast<float*>(smem + Traits::kSmemTileBytes);
+  // dQ: on sm_90 staged in an fp32 tile after the others, when it fits (see BwdKernelTraits).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr bool use_dq_bulk = Traits::kDQBulkReduce;
+  constexpr bool kDQBulk = Traits::kDQBulkReduce;
 #else
-  constexpr bool use_dq_bulk = false;
+  constexpr bool kDQBulk = false;
 #endif
+  using DqAccum = DqAccumulator<kDQBulk, kBlockM, kHeadDim, Traits::kNWarps>;
+  DqAccum dq_accum{reinterpret_cast<float*>(smem + Traits::kSmemTileBytes),
+                   reinterpret_cast<typename DqAccum::Tile*>(smem + Traits::kSmemDQTileOffset)};
   Tensor sQt = make_tensor(sQ.data(), typename Traits::SmemLayoutQt{});                         // (kHeadDim, kBlockM)
   Tensor sdOt = make_tensor(sdO.data(), typename Traits::SmemLayoutQt{});                       // (kHeadDim, kBlockM)
   Tensor sKt = make_tensor(sK.data(), typename Traits::SmemLayoutKt{});                         // (kHeadDim, kBlockN)
@@ -96,10 +93,17 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   Tensor tdOsdO = gmem_thr_copy.partition_D(sdO);  // (CPY, CPY_M, CPY_K)
   Tensor tQcQ = gmem_thr_copy.partition_S(make_identity_tensor(tile_mk));    // (CPY, CPY_M, CPY_K) -> (m, k)
   Tensor tKVcKV = gmem_thr_copy.partition_S(make_identity_tensor(tile_nk));  // (CPY, CPY_N, CPY_K) -> (n, k)
+  // LSE and D of a row block: (slot, LSE / D, kBlockM) floats, loaded with its Q and dO.
+  float* sLseD = reinterpret_cast<float*>(smem + Traits::kSmemLseDOffset);
   // Rows past seqlen_q (and columns past head_dim) load as zeros: P and dS are 0 there. Only the
   // last row block can end past seqlen_q: the others skip the row checks.
   auto load_q_side = [&](int bidh, int m_block, int slot) {
     const int rows_left = binfo.seqlen_q - m_block * kBlockM;
+    if (tidx < 2 * kBlockM && tidx % kBlockM < rows_left) {
+      const index_t row = binfo.lse_offset(params, bidb, bidh) + m_block * kBlockM + tidx % kBlockM;
+      float const& src = tidx < kBlockM ? params.softmax_lse_ptr[row] : params.dsoftmax_sum_ptr[row];
+      SM80_CP_ASYNC_CACHEALWAYS<float>::copy(src, sLseD[slot * 2 * kBlockM + tidx]);
+    }
     auto load = [&](auto check_rows) {
       constexpr bool kCheckRows = decltype(check_rows)::value;
       copy_or_zero<kCheckRows, !Is_even_K>(gmem_tiled_copy,
@@ -172,12 +176,16 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   if constexpr (Is_dropout) dropout_rng = make_dropout_rng(params.dropout);
   constexpr int kKeepWords = (decltype(size(tScS))::value + 31) / 32;
 
-  // One query row block of query head bidh. On entry its Q and dO are in flight into `slot`;
-  // the next row block (if any) starts loading into the other slot.
+  // One query row block of query head bidh. On entry its Q, dO, LSE and D are in flight into
+  // `slot`; the next row block (if any) starts loading into the other slot.
   auto bwd_step = [&](int bidh, int m_block, int slot, auto is_masked, bool has_next, int next_bidh,
                       int next_m_block) __attribute__((always_inline)) {
     const int m_start = m_block * kBlockM;
-    const index_t row0 = binfo.lse_offset(params, bidb, bidh) + m_start;
+    cp_async_wait<0>();
+    // Q, dO, LSE, D of this block have landed; every warp is done with the other slot, P and dS.
+    // The last dQ tile goes out.
+    dq_accum.sync_then_add();
+    if (has_next) load_q_side(next_bidh, next_m_block, slot ^ 1);
     // This thread's rows of LSE (in log2 units) and D. Rows past seqlen_q get LSE = +inf: P = 0.
     Tensor lse_log2 = make_tensor<float>(Shape<Int<kRows>>{});
     Tensor dsum = make_tensor<float>(Shape<Int<kRows>>{});
@@ -185,12 +193,9 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     for (int mi = 0; mi < kRows; ++mi) {
       const int row = get<0>(tScS_rc(mi, 0));
       const bool in_seq = m_start + row < binfo.seqlen_q;
-      lse_log2(mi) = in_seq ? params.softmax_lse_ptr[row0 + row] * float(M_LOG2E) : INFINITY;
-      dsum(mi) = in_seq ? params.dsoftmax_sum_ptr[row0 + row] : 0.f;
+      lse_log2(mi) = in_seq ? sLseD[slot * 2 * kBlockM + row] * float(M_LOG2E) : INFINITY;
+      dsum(mi) = in_seq ? sLseD[slot * 2 * kBlockM + kBlockM + row] : 0.f;
     }
-    cp_async_wait<0>();
-    __syncthreads();  // Q, dO of this block have landed; every warp is done with the other slot, P and dS
-    if (has_next) load_q_side(next_bidh, next_m_block, slot ^ 1);
 
     Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
     clear(tSrS);
@@ -231,8 +236,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     Tensor rdS = convert_type<Element>(tdPrdP);
     copy(copy_pds, copy_pds.get_thread_slice(tidx).retile_S(rP), tPsP);
     copy(copy_pds, copy_pds.get_thread_slice(tidx).retile_S(rdS), tdSsdS);
-    if (use_dq_bulk && tidx < kBlockM) bulk_wait<true>();  // the last dQ tile has left sdQ
-    __syncthreads();  // P and dS are in shared memory; sdQ is free
+    dq_accum.sync_then_release();  // P and dS are in shared memory; sdQ is free
 
     gemm_ss(mma_dkv, acc_dv, tdVrPt, tdVrdOt, tdVsPt, in_slot(tdVsdOt, slot, kSlot), copy_dkv_A, copy_dkv_B, tidx);
     Tensor acc_dq = partition_fragment_C(mma_dq, tile_mk);  // (MMA, MMA_M, MMA_K)
@@ -249,12 +253,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
             ? n_block
             : n_block - fwd_n_block_range(m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window)
                             .n_block_min;
-    if constexpr (use_dq_bulk) {
-      add_dq_tile_bulk<kBlockM, kHeadDim, Traits::kSmemDQRowStride>(acc_dq, tdQcdQ, sdQ, gdQaccum,
-                                                                     int(params.dq_accum_row_stride), semaphore, dq_order);
-    } else {
-      add_dq_tile(acc_dq, tdQcdQ, gdQaccum, int(params.dq_accum_row_stride), semaphore, dq_order);
-    }
+    dq_accum.add(acc_dq, tdQcdQ, gdQaccum, semaphore, dq_order);
     gemm_ss(mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, in_slot(tdKsQt, slot, kSlot), copy_dkv_A, copy_dkv_B, tidx);
   };
 
@@ -290,8 +289,9 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     }
   }
   // dK and dV, also when no query row saw these keys (then they are 0).
-  if (use_dq_bulk && tidx < kBlockM) bulk_wait<true>();  // shared memory outlives the last dQ rows' reads
-  __syncthreads();  // every warp is done reading K and V
+  // The last dQ tile goes out; then every warp is done reading K and V, and sdQ is read.
+  dq_accum.sync_then_add();
+  dq_accum.sync_then_release();
   Tensor gdK = k_side_tile(params.dk);
   Tensor gdV = k_side_tile(params.dv);
   write_kv_tile<Traits, Is_even_K>(mma_dkv, acc_dk, params.score_scale, sK, gdK, keys_left, params.head_dim, tidx);

@@ -67,21 +67,23 @@ struct BwdKernelTraits {
   using SmemCopyAtomPdS = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
 
   // Shared memory, in this order: Q x 2, dO x 2 (the next row block loads while this one runs),
-  // K, V, P, dS. The dK / dV epilogue reuses K and V.
+  // K, V, P, dS, then the fp32 LSE and D of the row block x 2 (they load with its Q and dO) and
+  // DqAccumulator's Tile. The dK / dV epilogue reuses K and V.
   static constexpr int kSmemQElems = cosize_v<SmemLayoutQ>;
   static constexpr int kSmemKVElems = cosize_v<SmemLayoutKV>;
   static constexpr int kSmemPdSElems = cosize_v<SmemLayoutPdS>;
-  static constexpr int kSmemTileBytes = (4 * kSmemQElems + 2 * kSmemKVElems + 2 * kSmemPdSElems) * sizeof(Element);
+  static constexpr int kSmemLseDOffset = (4 * kSmemQElems + 2 * kSmemKVElems + 2 * kSmemPdSElems) * sizeof(Element);
+  static constexpr int kSmemDQTileOffset = kSmemLseDOffset + 2 * 2 * kBlockM * int(sizeof(float));
+  static constexpr int kSmemTileBytes = kSmemDQTileOffset + 128;  // + the dQ tile's destination
   static_assert(kSmemTileBytes <= 227 * 1024, "backward tiles exceed the shared memory of one SM");
+  static_assert(2 * kBlockM <= kNThreads, "one thread per row loads its LSE, one its D");
 
-  // On sm_90 a dQ tile goes to the fp32 accumulator as one bulk reduction per row, from an fp32
-  // staging tile after the others (rows padded by 8 floats: the MMA layout's stores are then
-  // conflict-free), when it fits; otherwise (and on sm_80) as per-thread vector atomics.
-  static constexpr int kSmemDQRowStride = kHeadDim + 8;
-  static constexpr int kSmemDQBytes = kBlockM * kSmemDQRowStride * int(sizeof(float));
+  // On sm_90 a dQ tile goes to the fp32 accumulator as bulk reductions, from an fp32 staging tile
+  // after the others (laid out as the accumulator's tile: dq_accum_col), when it fits; otherwise
+  // (and on sm_80) as per-thread vector atomics.
+  static constexpr int kSmemDQBytes = kBlockM * kHeadDim * int(sizeof(float));
   static constexpr bool kDQBulkReduce = kSmemTileBytes + kSmemDQBytes <= 227 * 1024;
   static constexpr int kSmemBytes = kSmemTileBytes + (kDQBulkReduce ? kSmemDQBytes : 0);
-  static_assert(kBlockM <= kNThreads, "one thread per dQ row issues its bulk reduction");
 
   using GmemTiledCopy = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyAsync;
   using GmemTiledCopyOut = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyStore;
