@@ -140,12 +140,14 @@ def test_bwd_custom_softmax_scale():
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("heads", [(8, 8), (8, 1)], ids=["mha", "mqa"])
-def test_bwd_race_free_and_deterministic(causal, heads):
-    """dk, dv are bitwise reproducible always; dq too with deterministic=True."""
+@pytest.mark.parametrize("seqlen", [1000, 3000])
+def test_bwd_race_free_and_deterministic(causal, heads, seqlen):
+    """dk, dv are bitwise reproducible always; dq too with deterministic=True (3000 keys: 24 key
+    blocks hand each dQ row block on in turn)."""
     (nheads, nheads_k), n = heads, 10
-    q = _randn(2, 1000, nheads, 128, dtype=torch.bfloat16)
-    k, v = (_randn(2, 1000, nheads_k, 128, dtype=torch.bfloat16) for _ in range(2))
-    dout = _randn(2, 1000, nheads, 128, dtype=torch.bfloat16)
+    q = _randn(2, seqlen, nheads, 128, dtype=torch.bfloat16)
+    k, v = (_randn(2, seqlen, nheads_k, 128, dtype=torch.bfloat16) for _ in range(2))
+    dout = _randn(2, seqlen, nheads, 128, dtype=torch.bfloat16)
     out, lse = fac.fwd(q, k, v, causal=causal)
     runs = [fac.bwd(dout, q, k, v, out, lse, causal=causal) for _ in range(n)]
     det = [fac.bwd(dout, q, k, v, out, lse, causal=causal, deterministic=True) for _ in range(n)]

@@ -69,7 +69,7 @@ def _run_and_check(*, batch=3, seqlen_q=1, nheads=8, nheads_k=2, d=128, capacity
     v_new = _randn(batch, seqlen_new, nheads_k, d, dtype=dtype) if seqlen_new else None
     cos = sin = None
     if rotary is not None:
-        cos, sin = _rotary_tables(capacity, d // 2, dtype)
+        cos, sin = _rotary_tables(capacity, d // 2 // 16 * 16, dtype)  # rotary_dim: a multiple of 16
     out, lse = fac.flash_attn_with_kvcache(
         q, cache.k, cache.v, k_new, v_new, rotary_cos=cos, rotary_sin=sin, cache_seqlens=cache_seqlens,
         cache_batch_idx=batch_idx, cache_leftpad=leftpad, block_table=cache.block_table, causal=causal,
