@@ -1,4 +1,7 @@
-"""Shared pytest configuration: hardware markers and automatic skipping."""
+"""Shared pytest configuration: hardware markers, automatic skipping, the build's feature table."""
+import importlib.util
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -37,3 +40,13 @@ def pytest_runtest_makereport(item, call):
             and "this build has no" in str(exc.value):
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {exc.value}")
+
+
+@pytest.fixture(scope="session")
+def features():
+    """csrc/features.py, the build's feature table (not an installed module)."""
+    path = Path(__file__).resolve().parent.parent / "csrc" / "features.py"
+    spec = importlib.util.spec_from_file_location("_flash_attn_cute_features", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

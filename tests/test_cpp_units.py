@@ -3,7 +3,6 @@
 The program is compiled once per session by nvcc as host code (CuTe headers only parse under nvcc);
 no GPU is needed. Skipped when nvcc or the CuTe headers cannot be found.
 """
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -15,14 +14,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "tests" / "cpp" / "test_host_units.cu"
 CASES = ("tile_table", "mask", "mask_apply", "n_block_range", "m_block_range", "bwd_tile_table", "dq_accum_offset",
          "dq_accum_col", "split_heuristic", "split_range", "split_combine", "block_info", "dropout_rng", "dropout_layout")
-
-
-def _load_features():
-    """csrc/features.py, the build's feature table (not an installed module)."""
-    spec = importlib.util.spec_from_file_location("_flash_attn_cute_features", ROOT / "csrc" / "features.py")
-    features = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(features)
-    return features
 
 
 def _find_nvcc():
@@ -47,11 +38,11 @@ def _report(proc):
 
 
 @pytest.fixture(scope="session")
-def host_units(tmp_path_factory):
+def host_units(tmp_path_factory, features):
     nvcc = _find_nvcc()
     if nvcc is None:
         pytest.skip("nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
-    cute, _ = _load_features().find_cutlass_include()
+    cute, _ = features.find_cutlass_include()
     if cute is None:
         pytest.skip("CuTe headers not found: `pip install nvidia-cutlass==4.2.0.0` or set CUTLASS_PATH")
     exe = tmp_path_factory.mktemp("cpp_units") / "test_host_units"
@@ -75,12 +66,10 @@ def test_cpp_case(host_units, case):
     assert proc.stdout.strip().splitlines()[-1].endswith(" 0 failed"), _report(proc)
 
 
-def test_head_dim_tables_agree(host_units):
+def test_head_dim_tables_agree(host_units, features):
     proc = _run([str(host_units), "--print-head-dims"], timeout=60)
     assert proc.returncode == 0, _report(proc)
     cpp = tuple(int(x) for x in proc.stdout.split())
-
-    features = _load_features()
 
     from flash_attn_cute import _ops
 
@@ -91,13 +80,13 @@ def test_head_dim_tables_agree(host_units):
 
 
 @pytest.mark.cuda
-def test_device_softmax(tmp_path):
+def test_device_softmax(tmp_path, features):
     """Softmax::softmax_rescale_o (first and later tiles, rows entirely -inf) and finalize on one
     warp, against a double-precision host model (tests/cpp/test_device_softmax.cu)."""
     import torch
 
     nvcc = _find_nvcc()
-    cute, _ = _load_features().find_cutlass_include()
+    cute, _ = features.find_cutlass_include()
     if nvcc is None or cute is None:
         pytest.skip("nvcc or the CuTe headers not found")
     arch = "".join(map(str, torch.cuda.get_device_capability()))
