@@ -6,9 +6,9 @@ once. Run it directly to (re)generate: `python csrc/features.py [--print-sources
 """
 import argparse
 import hashlib
-import re
 import importlib.util
 import os
+import re
 import subprocess
 from pathlib import Path
 

@@ -27,36 +27,42 @@ def opcode(source):
     return re.sub(r"^@!?U?P\w+\s+", "", source.strip()).split(" ")[0].split(".")[0]
 
 
+def samples(row):
+    return int(row["Warp Stall Sampling (All Samples)"])
+
+
+def stall_reasons(row):
+    """(reason, samples) of one instruction, all samples (issued or not)."""
+    return [(key[6:], int(value or 0)) for key, value in row.items()
+            if key and key.startswith("stall_") and "Not Issued" not in key]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("csv")
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
     for name, rows in kernels(args.csv):
-        samples = sum(int(r["Warp Stall Sampling (All Samples)"]) for r in rows)
+        total = sum(samples(r) for r in rows)
         executed = sum(int(r["Instructions Executed"]) for r in rows)
-        print(f"\n## {name[:150]}\n{samples} samples, {executed} warp instructions executed")
+        print(f"\n## {name[:150]}\n{total} samples, {executed} warp instructions executed")
         reasons = collections.Counter()
-        for r in rows:
-            for key, value in r.items():
-                if key and key.startswith("stall_") and "Not Issued" not in key:
-                    reasons[key] += int(value or 0)
-        print("reasons:", ", ".join(f"{k[6:]} {100 * v / samples:.1f}%" for k, v in reasons.most_common(10)))
         by_op = collections.Counter()
         ex_op = collections.Counter()
         for r in rows:
-            by_op[opcode(r["Source"])] += int(r["Warp Stall Sampling (All Samples)"])
+            for reason, n in stall_reasons(r):
+                reasons[reason] += n
+            by_op[opcode(r["Source"])] += samples(r)
             ex_op[opcode(r["Source"])] += int(r["Instructions Executed"])
+        print("reasons:", ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in reasons.most_common(10)))
         print("opcodes (samples %, executed):",
-              ", ".join(f"{k} {100 * v / samples:.1f}% {ex_op[k]}" for k, v in by_op.most_common(14)))
+              ", ".join(f"{k} {100 * v / total:.1f}% {ex_op[k]}" for k, v in by_op.most_common(14)))
         print(f"top {args.top} instructions (index, samples %, top reasons, source):")
-        ranked = sorted(enumerate(rows), key=lambda ir: -int(ir[1]["Warp Stall Sampling (All Samples)"]))
+        ranked = sorted(enumerate(rows), key=lambda ir: -samples(ir[1]))
         for i, r in ranked[: args.top]:
-            n = int(r["Warp Stall Sampling (All Samples)"])
-            top = sorted(((int(v or 0), k[6:]) for k, v in r.items() if k and k.startswith("stall_")
-                          and "Not Issued" not in k), reverse=True)[:2]
-            print(f"  {i:5d} {100 * n / samples:5.1f}%  {' '.join(f'{k}:{v}' for v, k in top):28s} {r['Source'].strip()[:70]}")
-
+            top = sorted(stall_reasons(r), key=lambda kv: -kv[1])[:2]
+            print(f"  {i:5d} {100 * samples(r) / total:5.1f}%  {' '.join(f'{k}:{v}' for k, v in top):28s} "
+                  f"{r['Source'].strip()[:70]}")
 
 if __name__ == "__main__":
     main()
