@@ -54,8 +54,9 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   const int64_t accum_rows = p.varlen ? p.total_q + p.batch * block_m : m_blocks * block_m;
   auto f32 = q.options().dtype(at::kFloat);
   at::Tensor dsoftmax_sum = at::empty(lse_shape(p), f32);
-  at::Tensor dq_accum = p.varlen ? at::zeros({p.heads, accum_rows, kernel_head_dim}, f32)
-                                 : at::zeros({p.batch, p.heads, accum_rows, kernel_head_dim}, f32);
+  const int64_t accum_cols = dq_accum_row_floats(kernel_head_dim);
+  at::Tensor dq_accum = p.varlen ? at::zeros({p.heads, accum_rows, accum_cols}, f32)
+                                 : at::zeros({p.batch, p.heads, accum_rows, accum_cols}, f32);
   at::Tensor dq_semaphore;
   if (deterministic) dq_semaphore = at::zeros({p.batch, p.heads, m_blocks}, q.options().dtype(at::kInt));
 

@@ -8,6 +8,12 @@
 
 namespace flash_attn_cute {
 
+// Floats per row of the backward's fp32 dQ accumulator (BwdParams::dq_accum_ptr): the kernel head
+// dim and 8 of padding. The sm_90 kernel stages each dQ tile in shared memory with the same rows,
+// where the padding makes the MMA layout's pair stores conflict-free (8 rows of one 8-float chunk
+// per instruction land in distinct bank groups), and adds the staged rows as one contiguous block.
+constexpr int dq_accum_row_floats(int kernel_head_dim) { return kernel_head_dim + 8; }
+
 // Defined in the generated instantiation files (csrc/generated/), one per combination.
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream);

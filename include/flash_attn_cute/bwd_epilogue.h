@@ -4,7 +4,7 @@
 
 #include <cute/tensor.hpp>
 
-#include "bwd_preprocess.h"
+#include "bwd_api.h"
 #include "params.h"
 #include "utils.h"
 
@@ -70,7 +70,7 @@ __device__ __forceinline__ void bulk_wait() {
 }
 
 // Adds a CTA's (kBlockM, kHeadDim) dQ tiles into the fp32 accumulator, one per query row block,
-// whose rows are contiguous (kHeadDim floats each) and laid out as dq_accum_col(..., kBulk) says.
+// whose rows are contiguous (dq_accum_row_floats(kHeadDim) floats each, bwd_api.h).
 //   kBulk (sm_90): add() stores the tile into sdQ, an image of the accumulator's tile; after the
 //     next CTA-wide barrier (sync_then_add()), one lane of every warp adds kBlockM / kNWarps
 //     contiguous rows with one bulk reduction. The barrier the step has anyway makes the whole
@@ -92,20 +92,20 @@ struct DqAccumulator {
   };
   enum Phase { kNone, kStaged, kAdded };
 
-  float* sdQ;      // kBulk: the staged tile, kBlockM x kHeadDim floats
+  static constexpr int kRowFloats = dq_accum_row_floats(kHeadDim);
+  float* sdQ;      // kBulk: the staged tile, kBlockM x kRowFloats floats
   Tile* tile;      // in shared memory
   Phase phase = kNone;
 
   // tdQrdQ, tdQcdQ: (MMA, MMA_M, MMA_K) accumulator and its (row, col) coordinates. gdQaccum: the
-  // tile's first row, all rows existing (rows past seqlen_q add 0), a multiple of 8 rows from the
-  // sequence's first. semaphore, turn: see Tile.
+  // tile's first row, all rows existing (rows past seqlen_q add 0). semaphore, turn: see Tile.
   // A sync_then_release() has passed since the last add (kBulk: sdQ is free).
   template <class TensorAcc, class TensorC>
   __device__ __forceinline__ void add(TensorAcc const& tdQrdQ, TensorC const& tdQcdQ, float* gdQaccum, int* semaphore,
                                       int turn) {
     if constexpr (kBulk) {
       for_each_acc_pair(tdQrdQ, tdQcdQ, [&](int row, int col, float a, float b) {
-        *reinterpret_cast<float2*>(sdQ + row * kHeadDim + dq_accum_col(row, col, kHeadDim, true)) = make_float2(a, b);
+        *reinterpret_cast<float2*>(sdQ + row * kRowFloats + col) = make_float2(a, b);
       });
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stores are visible to the bulk copies
@@ -118,7 +118,7 @@ struct DqAccumulator {
         __syncthreads();
       }
       for_each_acc_pair(tdQrdQ, tdQcdQ, [&](int row, int col, float a, float b) {
-        atomic_add_pair(gdQaccum + row * kHeadDim + col, a, b);
+        atomic_add_pair(gdQaccum + row * kRowFloats + col, a, b);
       });
       if (threadIdx.x == 0) tile->semaphore = semaphore;
       phase = kAdded;
@@ -139,7 +139,7 @@ struct DqAccumulator {
       if (phase == kStaged) {
         // One lane of every warp issues the warp's rows: with warp-uniform operands (the warp index
         // through a shuffle) they stay in uniform registers, with no per-lane loop around the copy.
-        constexpr int kChunk = kBlockM / kNWarps * kHeadDim;  // floats
+        constexpr int kChunk = kBlockM / kNWarps * kRowFloats;  // floats
         const int warp = __shfl_sync(0xffffffff, int(threadIdx.x) / 32, 0);
         if (cute::elect_one_sync()) {
           bulk_reduce_add_f32(tile->dst + warp * kChunk, sdQ + warp * kChunk, kChunk * int(sizeof(float)));

@@ -5,6 +5,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_types.h>
 
+#include "bwd_api.h"
 #include "kernel_traits.h"
 #include "tile_size.h"
 
@@ -79,9 +80,9 @@ struct BwdKernelTraits {
   static_assert(2 * kBlockM <= kNThreads, "one thread per row loads its LSE, one its D");
 
   // On sm_90 a dQ tile goes to the fp32 accumulator as bulk reductions, from an fp32 staging tile
-  // after the others (laid out as the accumulator's tile: dq_accum_col), when it fits; otherwise
-  // (and on sm_80) as per-thread vector atomics.
-  static constexpr int kSmemDQBytes = kBlockM * kHeadDim * int(sizeof(float));
+  // after the others with the accumulator's rows (bwd_api.h dq_accum_row_floats), when it fits;
+  // otherwise (and on sm_80) as per-thread vector atomics.
+  static constexpr int kSmemDQBytes = kBlockM * dq_accum_row_floats(kHeadDim) * int(sizeof(float));
   static constexpr bool kDQBulkReduce = kSmemTileBytes + kSmemDQBytes <= 227 * 1024;
   static constexpr int kSmemBytes = kSmemTileBytes + (kDQBulkReduce ? kSmemDQBytes : 0);
 

@@ -38,9 +38,7 @@ cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream) {
   err = cudaPeekAtLastError();
   if (err != cudaSuccess) return err;
 
-  // The kernel that ran took the bulk path (rotated accumulator columns) iff it has the staging tile.
-  return smem_bytes > Traits::kSmemTileBytes ? run_row_kernel(bwd_convert_dq_kernel<Element, true>, params, stream)
-                                             : run_row_kernel(bwd_convert_dq_kernel<Element, false>, params, stream);
+  return run_row_kernel(bwd_convert_dq_kernel<Element>, params, stream);
 }
 
 }  // namespace flash_attn_cute

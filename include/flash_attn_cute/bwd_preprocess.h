@@ -13,16 +13,6 @@
 
 namespace flash_attn_cute {
 
-// Where column col of the dQ accumulator's row row is stored, for rows of head_dim floats (a
-// multiple of 32). Rotated (the sm_90 bulk path, bwd_epilogue.h): row row's 8-float chunks are
-// rotated by row % 8, so that a row block of the accumulator is an image of the fp32 staging tile,
-// which then takes the MMA layout's pair stores (8 rows of one 8-float chunk per instruction)
-// without bank conflicts and goes out as contiguous bulk reductions. Otherwise (atomics) in place.
-// row counts from the sequence's first row.
-FLASH_HOST_DEVICE int dq_accum_col(int row, int col, int head_dim, bool rotated) {
-  return rotated ? (col / 8 + row % 8) % (head_dim / 8) * 8 + col % 8 : col;
-}
-
 // grid (ceil_div(seqlen_q, kRowsPerCta), batch, heads)
 template <class Element>
 __global__ void __launch_bounds__(RowWalk::kThreads) bwd_dot_do_o_kernel(__grid_constant__ const BwdParams params) {
@@ -57,9 +47,8 @@ __global__ void __launch_bounds__(RowWalk::kThreads) bwd_dot_do_o_kernel(__grid_
   if (walk.lane == 0) params.dsoftmax_sum_ptr[binfo.lse_offset(params, bidb, bidh) + walk.row] = dot;
 }
 
-// grid (ceil_div(seqlen_q, kRowsPerCta), batch, heads): dQ = score_scale * dq_accum, whose columns
-// are stored as dq_accum_col(..., kRotatedCols) says.
-template <class Element, bool kRotatedCols>
+// grid (ceil_div(seqlen_q, kRowsPerCta), batch, heads): dQ = score_scale * dq_accum.
+template <class Element>
 __global__ void __launch_bounds__(RowWalk::kThreads) bwd_convert_dq_kernel(__grid_constant__ const BwdParams params) {
   const RowWalk walk;
   const int bidb = blockIdx.y, bidh = blockIdx.z;
@@ -71,8 +60,7 @@ __global__ void __launch_bounds__(RowWalk::kThreads) bwd_convert_dq_kernel(__gri
                     index_t(walk.row) * params.dq.row_stride;
   for (int col = walk.lane * RowWalk::kElemsPerVector; col < params.head_dim;
        col += RowWalk::kThreadsPerRow * RowWalk::kElemsPerVector) {
-    AlignedVector<float> acc = *reinterpret_cast<AlignedVector<float> const*>(
-        accum_row + dq_accum_col(walk.row, col, int(params.dq_accum_row_stride), kRotatedCols));
+    AlignedVector<float> acc = *reinterpret_cast<AlignedVector<float> const*>(accum_row + col);
 #pragma unroll
     for (int i = 0; i < RowWalk::kElemsPerVector; ++i) acc[i] *= params.score_scale;
     AlignedVector<Element> out;

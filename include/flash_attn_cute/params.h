@@ -154,11 +154,11 @@ struct BwdParams : FwdParams {
 
   // D = rowsum(dO * O), fp32, laid out exactly like softmax_lse (same strides).
   float* dsoftmax_sum_ptr = nullptr;
-  // fp32 dQ accumulator (unscaled), padded: (batch, heads, seqlen_q rounded up to block_m, kernel
-  // head dim), or (heads, total_q + batch * block_m, kernel head dim) with sequence b starting at
-  // row cu_seqlens_q[b] + b * block_m. Every query row block thus owns block_m whole, contiguous
-  // rows and the kernel adds full tiles without row checks. Within a row, the columns are stored
-  // as dq_accum_col (bwd_preprocess.h) says. Strides in floats.
+  // fp32 dQ accumulator (unscaled), padded: (batch, heads, seqlen_q rounded up to block_m, row),
+  // or (heads, total_q + batch * block_m, row) with sequence b starting at row cu_seqlens_q[b] +
+  // b * block_m; a row is the kernel head dim and 8 floats of padding (dq_accum_row_floats,
+  // bwd_api.h). Every query row block thus owns block_m whole, contiguous rows and the kernel adds
+  // full tiles without row checks. Strides in floats.
   float* dq_accum_ptr = nullptr;
   index_t dq_accum_batch_stride = 0;  // unused in varlen mode
   index_t dq_accum_row_stride = 0;

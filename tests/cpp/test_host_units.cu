@@ -20,7 +20,7 @@
 
 #include "flash_attn_cute/block_info.h"
 #include "flash_attn_cute/bwd_kernel_traits.h"
-#include "flash_attn_cute/bwd_preprocess.h"
+#include "flash_attn_cute/bwd_api.h"
 #include "flash_attn_cute/dropout.h"
 #include "flash_attn_cute/kernel_traits.h"
 #include "flash_attn_cute/rotary_copy.h"
@@ -419,14 +419,15 @@ void test_bwd_tile_table() {
 // dq_accum: BlockInfo::dq_accum_offset for the padded accumulator layouts of BwdParams.
 void test_dq_accum_offset() {
   {
-    // Dense (batch 3, heads 4, seqlen_q 100 -> 128 rows, dim 64): strides 4*128*64, 128*64, 64.
+    // Dense (batch 3, heads 4, seqlen_q 100 -> 128 rows, rows of 64 + 8 floats): strides 4*128*72,
+    // 128*72, 72.
     BwdParams p;
     p.seqlen_q = 100;
-    p.dq_accum_batch_stride = 4L * 128 * 64;
-    p.dq_accum_head_stride = 128 * 64;
-    p.dq_accum_row_stride = 64;
+    p.dq_accum_batch_stride = 4L * 128 * 72;
+    p.dq_accum_head_stride = 128 * 72;
+    p.dq_accum_row_stride = 72;
     const BlockInfo bi(p, 2);
-    CHECK_EQ(bi.dq_accum_offset(p, 2, 3), 2L * 32768 + 3 * 8192, "dense: dq_accum_offset(b 2, h 3)");
+    CHECK_EQ(bi.dq_accum_offset(p, 2, 3), 2L * 36864 + 3 * 9216, "dense: dq_accum_offset(b 2, h 3)");
   }
   {
     // Varlen, block_m 64: sequence b starts at row cu_seqlens_q[b] + 64 b; the last row of a
@@ -436,9 +437,9 @@ void test_dq_accum_offset() {
     p.batch = 4;
     p.cu_seqlens_q = cu_q;
     p.cu_seqlens_k = cu_q;
-    // (heads 2, 200 + 4 * 64 rows, dim 128)
-    p.dq_accum_row_stride = 128;
-    p.dq_accum_head_stride = (200 + 4 * 64) * 128;
+    // (heads 2, 200 + 4 * 64 rows, rows of 128 + 8 floats)
+    p.dq_accum_row_stride = 136;
+    p.dq_accum_head_stride = (200 + 4 * 64) * 136;
     p.dq_accum_varlen_pad = 64;
     for (int b = 0; b < 4; ++b) {
       const BlockInfo bi(p, b);
@@ -452,37 +453,24 @@ void test_dq_accum_offset() {
       }
       CHECK(padded_end <= 200 + 4L * 64, fmt("varlen b %d: padded rows past total_q + batch * block_m", b));
     }
-    CHECK_EQ(BlockInfo(p, 1).dq_accum_offset(p, 1, 1), (1 + 64L) * 128 + (200 + 4 * 64) * 128,
+    CHECK_EQ(BlockInfo(p, 1).dq_accum_offset(p, 1, 1), (1 + 64L) * 136 + (200 + 4 * 64) * 136,
              "varlen: dq_accum_offset(b 1, h 1)");
   }
 }
 
-// dq_accum_col (rotated): within every row, a permutation of the columns that keeps 8-float chunks whole
-// (the dQ convert kernel reads 8 at a time); and one warp's pair stores of the dQ MMA layout (rows
-// r0 .. r0 + 7, columns 8 c .. 8 c + 7, one float2 per lane) into the staging tile (rows of d
-// floats, 32 four-byte banks) touch no bank more than twice: two wavefronts, the minimum.
-void test_dq_accum_col() {
+// dq_accum_row: one warp's pair stores of the dQ MMA layout (rows r0 .. r0 + 7, columns 8 c ..
+// 8 c + 7, one float2 per lane) into the staging tile, whose rows are dq_accum_row_floats(d) floats
+// (32 four-byte banks), touch no bank more than twice: two wavefronts, the minimum. The padding
+// keeps every row 16-byte aligned (bulk copies) and is at most 8 floats.
+void test_dq_accum_row() {
   for (int d : kFwdHeadDims) {
-    for (int row = 0; row < 24; ++row) {
-      std::vector<int> seen(d, 0);
-      for (int col = 0; col < d; ++col) {
-        const int to = dq_accum_col(row, col, d, true);
-        CHECK(to >= 0 && to < d, fmt("d %d row %d col %d: stored at %d, outside the row", d, row, col, to));
-        if (to < 0 || to >= d) continue;
-        ++seen[to];
-        CHECK_EQ(to % 8, col % 8, fmt("d %d row %d col %d: chunk split", d, row, col));
-        CHECK_EQ(to - col % 8, dq_accum_col(row, col - col % 8, d, true),
-                 fmt("d %d row %d col %d: chunk not whole", d, row, col));
-        CHECK_EQ(dq_accum_col(row, col, d, false), col, fmt("d %d row %d col %d: moved in place mode", d, row, col));
-      }
-      CHECK(std::count(seen.begin(), seen.end(), 1) == d, fmt("d %d row %d: not a permutation", d, row));
-    }
+    const int row_floats = dq_accum_row_floats(d);
+    CHECK(row_floats >= d && row_floats <= d + 8 && row_floats % 4 == 0, fmt("d %d: row of %d floats", d, row_floats));
     for (int r0 = 0; r0 < 32; r0 += 8) {
       for (int c = 0; c < d / 8; ++c) {
         std::vector<int> bank_hits(32, 0);
         for (int lane = 0; lane < 32; ++lane) {
-          const int row = r0 + lane / 4, col = 8 * c + 2 * (lane % 4);
-          const long word = long(row) * d + dq_accum_col(row, col, d, true);
+          const long word = long(r0 + lane / 4) * row_floats + 8 * c + 2 * (lane % 4);
           ++bank_hits[word % 32];
           ++bank_hits[(word + 1) % 32];
         }
@@ -982,7 +970,7 @@ const Case kCases[] = {
     {"m_block_range", test_m_block_range},
     {"bwd_tile_table", test_bwd_tile_table},
     {"dq_accum_offset", test_dq_accum_offset},
-    {"dq_accum_col", test_dq_accum_col},
+    {"dq_accum_row", test_dq_accum_row},
     {"split_heuristic", test_split_heuristic},
     {"split_range", test_split_range},
     {"split_combine", test_split_combine},
