@@ -227,7 +227,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     if constexpr (Has_mods) {
       if (params.softcap > 0.f) {
         // Through the cap: dS *= 1 - tanh^2, tanh recovered from P.
-        softcap_dscores(tdPrdP_rc, tSrS_rc, lse_log2, params.softmax_scale_log2, tScS_rc, m_start, int(n_start),
+        softcap_dscores(tdPrdP_rc, tSrS_rc, lse_log2, params.softmax_scale_log2, tScS, m_start, int(n_start),
                         binfo.seqlen_q, binfo.seqlen_k, alibi_causal_form(window), alibi_slope);
       }
     }

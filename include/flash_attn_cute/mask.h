@@ -59,15 +59,41 @@ FLASH_HOST_DEVICE constexpr float alibi_bias(int row, int col, int seqlen_q, int
 FLASH_HOST_DEVICE constexpr bool alibi_causal_form(Window window) { return window.left < 0 && window.right == 0; }
 
 #if defined(__CUDACC__)
+// Calls fn(mi, ni, slope_scaled * alibi_bias) over the (rows, cols) view of one accumulator tile
+// whose scores sit at tScS's (row, col) in a tile starting at (row0, col0). A thread's columns are
+// one base plus compile-time offsets, and its rows few: the positions go to float once per row or
+// column (exact below 2^24), so each score costs one or two adds, not an int-to-float conversion.
+template <class TensorC, class Fn>
+__device__ __forceinline__ void for_each_alibi_bias(TensorC const& tScS, int row0, int col0, int seqlen_q,
+                                                    int seqlen_k, bool causal_form, float slope_scaled, Fn&& fn) {
+  cute::Tensor c = cute::make_tensor(tScS.data(), acc_layout_rowcol(tScS.layout()));  // (rows, cols) -> (m, n)
+  const int col_first = col0 + cute::get<1>(c(0, 0));
+  auto col_offset = [&](int ni) { return float(cute::get<1>(c(0, ni)) - cute::get<1>(c(0, 0))); };
+  if (causal_form) {
+    const float col_first_f = float(col_first);
+#pragma unroll
+    for (int ni = 0; ni < cute::size<1>(c); ++ni) {
+      const float bias = slope_scaled * (col_first_f + col_offset(ni));
+#pragma unroll
+      for (int mi = 0; mi < cute::size<0>(c); ++mi) fn(mi, ni, bias);
+    }
+  } else {
+#pragma unroll
+    for (int mi = 0; mi < cute::size<0>(c); ++mi) {
+      const float d_first = float(row0 + cute::get<0>(c(mi, 0)) + seqlen_k - seqlen_q - col_first);
+#pragma unroll
+      for (int ni = 0; ni < cute::size<1>(c); ++ni) fn(mi, ni, -slope_scaled * fabsf(d_first - col_offset(ni)));
+    }
+  }
+}
+
 // Adds slope_scaled * alibi_bias to every score of the tile (slope_scaled = slope / softmax_scale).
 template <class TensorS, class TensorC>
 __device__ __forceinline__ void apply_alibi(TensorS& tSrS, TensorC const& tScS, int row0, int col0, int seqlen_q,
                                             int seqlen_k, bool causal_form, float slope_scaled) {
-#pragma unroll
-  for (int i = 0; i < cute::size(tSrS); ++i) {
-    tSrS(i) += slope_scaled * alibi_bias(row0 + cute::get<0>(tScS(i)), col0 + cute::get<1>(tScS(i)), seqlen_q,
-                                         seqlen_k, causal_form);
-  }
+  cute::Tensor s = cute::make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
+  for_each_alibi_bias(tScS, row0, col0, seqlen_q, seqlen_k, causal_form, slope_scaled,
+                      [&](int mi, int ni, float bias) { s(mi, ni) += bias; });
 }
 
 // Softcap: score s becomes tanh(s * softcap) (the softmax then scales by the cap), i.e. the logit

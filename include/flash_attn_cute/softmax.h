@@ -116,23 +116,19 @@ __device__ __forceinline__ void dscores(TensordP& tdPrdP_rc, TensorP const& tSrP
 // Softcap's backward: the scores went through tanh, so dS *= 1 - t^2 where t is recovered from P =
 // exp2((t + slope_scaled * alibi_bias) * scale_log2 - lse_log2), i.e. with the ALiBi bias (added
 // after the tanh; slope_scaled 0 without ALiBi) taken back out. Where P is 0, dS is already 0 and
-// stays so. tScS_rc: the (row, col) of each score in the tile whose first row / key are row0 / col0.
+// stays so. tScS: the (row, col) of each score (the accumulator's shape) in the tile whose first row / key
+// are row0 / col0.
 template <class TensordS, class TensorP, class TensorRow, class TensorC>
 __device__ __forceinline__ void softcap_dscores(TensordS& tdSrdS_rc, TensorP const& tSrP_rc, TensorRow const& lse_log2,
-                                                float scale_log2, TensorC const& tScS_rc, int row0, int col0,
+                                                float scale_log2, TensorC const& tScS, int row0, int col0,
                                                 int seqlen_q, int seqlen_k, bool causal_form, float slope_scaled) {
   const float inv_scale_log2 = 1.f / scale_log2;
-#pragma unroll
-  for (int mi = 0; mi < size<0>(tdSrdS_rc); ++mi) {
-#pragma unroll
-    for (int ni = 0; ni < size<1>(tdSrdS_rc); ++ni) {
-      const float p = tSrP_rc(mi, ni);
-      const float bias = slope_scaled * alibi_bias(row0 + get<0>(tScS_rc(mi, ni)), col0 + get<1>(tScS_rc(mi, ni)),
-                                                   seqlen_q, seqlen_k, causal_form);
-      const float t = (__log2f(p) + lse_log2(mi)) * inv_scale_log2 - bias;
-      tdSrdS_rc(mi, ni) = p > 0.f ? tdSrdS_rc(mi, ni) * (1.f - t * t) : 0.f;
-    }
-  }
+  auto dscore = [&](int mi, int ni, float bias) {
+    const float p = tSrP_rc(mi, ni);
+    const float t = (__log2f(p) + lse_log2(mi)) * inv_scale_log2 - bias;
+    tdSrdS_rc(mi, ni) = p > 0.f ? tdSrdS_rc(mi, ni) * (1.f - t * t) : 0.f;
+  };
+  for_each_alibi_bias(tScS, row0, col0, seqlen_q, seqlen_k, causal_form, slope_scaled, dscore);
 }
 
 }  // namespace flash_attn_cute
