@@ -102,6 +102,16 @@ FLASH_HOST_DEVICE DropoutRng make_dropout_rng(DropoutParams const& d) {
   return DropoutRng(so.seed, so.offset, dropout_threshold(d.p));
 }
 
+#if defined(__CUDACC__)
+// prmt.b32 (default mode) of x and 0: selector nibble i picks result byte i from x's bytes 0..3
+// (4..7 are zero); a nibble's bit 3 replicates the picked byte's sign bit instead.
+__device__ __forceinline__ uint32_t byte_perm(uint32_t x, uint32_t selector) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(0u), "r"(selector));
+  return r;
+}
+#endif
+
 // The keep mask itself, for tests and return_attn_probs: out[((b * heads + h) * seqlen_q + i) *
 // seqlen_k + j] = entry (i, j) of sequence b, head h is kept (false past the sequence's lengths).
 struct DropoutMaskParams {
@@ -114,11 +124,12 @@ struct DropoutMaskParams {
 cudaError_t run_dropout_mask(DropoutMaskParams const& params, cudaStream_t stream);  // csrc/dropout_mask.cu
 
 #if defined(__CUDACC__)
-// Calls keep_fn(value index, m, n, keep) for every entry of this thread's ((2, 2), MMA_M, MMA_N)
-// S fragment; tScS gives the fragment's (row, col) in the tile, which starts at (row0, col0) of head bh.
+// Calls word_fn(m, n, word) for every (MMA_M, MMA_N) block of this thread's ((2, 2), MMA_M, MMA_N) S
+// fragment: byte v of word decides entry v of the block. tScS gives the fragment's (row, col) in the
+// tile, which starts at (row0, col0) of head bh.
 template <class Coords, class Fn>
-__device__ __forceinline__ void for_each_dropout_keep(DropoutRng const& rng, Coords const& tScS, uint32_t bh, int row0,
-                                                      int col0, Fn&& keep_fn) {
+__device__ __forceinline__ void for_each_dropout_word(DropoutRng const& rng, Coords const& tScS, uint32_t bh, int row0,
+                                                      int col0, Fn&& word_fn) {
   constexpr int kMmaM = decltype(cute::size<1>(tScS))::value;
   constexpr int kMmaN = decltype(cute::size<2>(tScS))::value;
   static_assert(kMmaN % 4 == 0, "dropout takes 32 key columns per lane at a time");
@@ -130,12 +141,19 @@ __device__ __forceinline__ void for_each_dropout_keep(DropoutRng const& rng, Coo
       const Philox4 r = rng.chunk_bytes(bh, row0 + int(cute::get<0>(rc)), col0 + int(cute::get<1>(rc)));
       const uint32_t words[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
-      for (int nn = 0; nn < 4; ++nn) {
-#pragma unroll
-        for (int v = 0; v < 4; ++v) keep_fn(v, m, 4 * g + nn, rng.keep_byte(words[nn], v));
-      }
+      for (int nn = 0; nn < 4; ++nn) word_fn(m, 4 * g + nn, words[nn]);
     }
   }
+}
+
+// Calls keep_fn(value index, m, n, keep) for every entry of the fragment.
+template <class Coords, class Fn>
+__device__ __forceinline__ void for_each_dropout_keep(DropoutRng const& rng, Coords const& tScS, uint32_t bh, int row0,
+                                                      int col0, Fn&& keep_fn) {
+  for_each_dropout_word(rng, tScS, bh, row0, col0, [&](int m, int n, uint32_t word) {
+#pragma unroll
+    for (int v = 0; v < 4; ++v) keep_fn(v, m, n, rng.keep_byte(word, v));
+  });
 }
 
 // Backward: one bit per entry of the fragment (bit e of word e / 32, e its flat index), for both
@@ -160,14 +178,25 @@ __device__ __forceinline__ bool is_kept(uint32_t const* bits, int v, int m, int 
   return (bits[e / 32] >> (e % 32)) & 1u;
 }
 
-// Forward: the dropped entries of P (any element type, the S fragment's layout) become 0; the row
-// sums already hold them, and O is scaled by 1 / (1 - p) at the end.
+// Forward: the dropped entries of P (16-bit elements, the S fragment's layout) become 0; the row
+// sums already hold them, and O is scaled by 1 / (1 - p) at the end. Entries v = 0, 1 of a block
+// share one 32-bit register, as do v = 2, 3: their two bytes of the word widen to 16-bit lanes, and
+// adding 0x8000 - threshold to each lane sets its bit 15 exactly when the byte is >= threshold
+// (dropped; no carry between lanes), which prmt's sign mode spreads over the lane.
 template <class Frag, class Coords>
 __device__ __forceinline__ void zero_dropped(Frag& x, DropoutRng const& rng, Coords const& tScS, uint32_t bh, int row0,
                                              int col0) {
-  using T = typename Frag::value_type;
-  for_each_dropout_keep(rng, tScS, bh, row0, col0, [&](int v, int m, int n, bool keep) {
-    if (!keep) x(v, m, n) = T(0);
+  static_assert(sizeof(typename Frag::value_type) == 2);
+  static_assert(decltype(cute::stride<0, 0>(x.layout()))::value == 1 &&
+                decltype(cute::stride<0, 1>(x.layout()))::value == 2);
+  const uint32_t bias = (0x8000u - rng.threshold) * 0x10001u;
+  for_each_dropout_word(rng, tScS, bh, row0, col0, [&](int m, int n, uint32_t word) {
+    uint32_t* pairs = reinterpret_cast<uint32_t*>(&x(0, m, n));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t lanes = byte_perm(word, h == 0 ? 0x4140u : 0x4342u) + bias;  // bytes 2h, 2h + 1 widened
+      pairs[h] &= ~byte_perm(lanes, 0xBB99u);  // bit 15 of each lane over the lane
+    }
   });
 }
 
