@@ -32,7 +32,7 @@ template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVa
 cudaError_t run_fwd(FwdParams const& params, cudaStream_t stream) {
   using Element = typename ElementOf<kDType>::type;
   if (!params.uses_split_kernel()) {
-    using Traits = FwdKernelTraits<kHeadDim, kIsCausal, Element, false, kVariant != Variant::kPlain>;
+    using Traits = FwdKernelTraits<kHeadDim, kIsCausal, Element, false, kVariant>;
     return launch_fwd_kernel<Traits, kIsCausal, kIsEvenK, false, kVariant>(params, stream);
   }
   if constexpr (kVariant == Variant::kDropout) {

@@ -51,15 +51,15 @@ struct GmemCopies {
                                                   ThreadLayout{}, VectorLayout{}));
 };
 
-// kIsSplit: the split-KV kernel's tile (fwd_split_tile_shape); kWorkPerScore: the score-mod and
-// dropout kernels' (fwd_tile_shape).
-template <int kHeadDim_, bool kIsCausal, typename Element_, bool kIsSplit = false, bool kWorkPerScore = false>
+// kIsSplit: the split-KV kernel's tile (fwd_split_tile_shape), else kVariant's (fwd_tile_shape).
+template <int kHeadDim_, bool kIsCausal, typename Element_, bool kIsSplit = false,
+          Variant kVariant = Variant::kPlain>
 struct FwdKernelTraits {
   using Element = Element_;
   using ElementAccum = float;
 
   static constexpr FwdTileShape kTile =
-      kIsSplit ? fwd_split_tile_shape(kHeadDim_) : fwd_tile_shape(kHeadDim_, kIsCausal, kWorkPerScore);
+      kIsSplit ? fwd_split_tile_shape(kHeadDim_) : fwd_tile_shape(kHeadDim_, kIsCausal, kVariant);
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;

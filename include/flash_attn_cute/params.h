@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "tile_size.h"  // Variant
+
 #if defined(__CUDACC__)
 #define FLASH_PARAMS_HOST_DEVICE __host__ __device__
 #else
@@ -54,11 +56,6 @@ struct DropoutParams {
 FLASH_PARAMS_HOST_DEVICE inline bool window_needs_mods(Window window, bool is_causal) {
   return !is_causal && (window.left >= 0 || window.right >= 0);
 }
-
-// The kernel instantiations of one (dtype, head dim, causal, even K): plain (causal / full mask
-// at compile time), score mods (softcap, ALiBi, local windows at run time) and dropout (dropout
-// plus all the score mods at run time).
-enum class Variant : int { kPlain = 0, kScoreMods = 1, kDropout = 2 };
 
 struct FwdParams {
   TensorView q, k, v, o;

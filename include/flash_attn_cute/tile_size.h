@@ -4,6 +4,11 @@
 
 namespace flash_attn_cute {
 
+// The kernel instantiations of one (dtype, head dim, causal, even K): plain (causal / full mask
+// at compile time), score mods (softcap, ALiBi, local windows at run time) and dropout (dropout
+// plus all the score mods at run time).
+enum class Variant : int { kPlain = 0, kScoreMods = 1, kDropout = 2 };
+
 struct FwdTileShape {
   int block_m;  // query rows per CTA
   int block_n;  // key rows per mainloop step
@@ -22,15 +27,16 @@ constexpr int fwd_kernel_head_dim(int head_dim) {
   return 0;  // too large: no kernel
 }
 
-// work_per_score: the score-mod and dropout kernels (softcap's tanh, ALiBi, window masks, random
-// bits on every score). Their extra registers spilled at the plain tiles (384 bytes at head dim 128):
-// half as wide N tiles leave room (16 bytes; FA2 narrows its dropout tiles the same way).
-constexpr FwdTileShape fwd_tile_shape(int kernel_head_dim, bool is_causal, bool work_per_score = false) {
+// The score-mod kernels (softcap's tanh, ALiBi, windows) and the dropout kernels (random bits for
+// every score) hold more registers than the plain ones. Where the plain tiles would spill them,
+// N tiles half as wide leave room (FA2 narrows its dropout tiles the same way): both at head dim
+// 64 (the plain 128-wide tiles spill about 400 bytes), dropout at 96 and 128 (64-wide: about 400).
+constexpr FwdTileShape fwd_tile_shape(int kernel_head_dim, bool is_causal, Variant variant = Variant::kPlain) {
   // 128 x 128 with 4 warps: small head dims keep S in few registers, so wide N tiles amortise
   // the softmax's row reductions.
-  if (kernel_head_dim <= 64) return {128, work_per_score ? 64 : 128, 4};
+  if (kernel_head_dim <= 64) return {128, variant != Variant::kPlain ? 64 : 128, 4};
   // From 96 on, S (128 x 128) and O no longer both fit in 255 registers per thread: 64-wide N.
-  if (kernel_head_dim <= 128) return {128, work_per_score ? 32 : 64, 4};
+  if (kernel_head_dim <= 128) return {128, variant == Variant::kDropout ? 32 : 64, 4};
   // 256 causal: 64-row blocks give twice the CTAs, two per SM (96 KB of smem each), which evens
   // out the triangle's uneven row blocks at short seqlens.
   if (kernel_head_dim == 256 && is_causal) return {64, 64, 4};

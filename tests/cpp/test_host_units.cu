@@ -108,14 +108,15 @@ void test_tile_table() {
 
   // Tile shapes: M splits into 16-row MMA slabs per warp, N into 16-wide k-steps of P V, and the
   // Q tile plus the double-buffered K and V tiles (2 bytes an element) fit in 227 KB of smem.
-  // The score-mod / dropout tiles too; their block_n is a multiple of 32 (dropout's chunks).
-  for (int i = 0; i < 4 * n_dims; ++i) {
-    const int d = kFwdHeadDims[i / 4];
-    const bool causal = i % 2, work_per_score = (i / 2) % 2;
-    const FwdTileShape t = fwd_tile_shape(d, causal, work_per_score);
-    const std::string where = fmt("hdim %d causal %d per-score work %d: tile (%d, %d, %d warps)", d, causal,
-                                  work_per_score, t.block_m, t.block_n, t.n_warps);
-    CHECK(!work_per_score || t.block_n % 32 == 0, where + ": block_n % 32 != 0");
+  // The score-mod and dropout tiles too; dropout's block_n is a multiple of 32 (its chunks).
+  for (int i = 0; i < 6 * n_dims; ++i) {
+    const int d = kFwdHeadDims[i / 6];
+    const bool causal = i % 2;
+    const Variant variant = Variant((i / 2) % 3);
+    const FwdTileShape t = fwd_tile_shape(d, causal, variant);
+    const std::string where = fmt("hdim %d causal %d variant %d: tile (%d, %d, %d warps)", d, causal,
+                                  int(variant), t.block_m, t.block_n, t.n_warps);
+    CHECK(variant != Variant::kDropout || t.block_n % 32 == 0, where + ": block_n % 32 != 0");
     CHECK(t.block_m > 0 && t.block_n > 0 && t.n_warps > 0, where + ": non-positive field");
     if (t.n_warps <= 0) continue;
     CHECK(t.block_m % (16 * t.n_warps) == 0, where + ": block_m % (16 * n_warps) != 0");
@@ -899,8 +900,8 @@ void check_dropout_fragments(const char* what) {
 
 template <int kHeadDim>
 void check_dropout_fragments_hdim() {
-  using Fwd = FwdKernelTraits<kHeadDim, false, cutlass::bfloat16_t, false, true>;  // the dropout kernels' tiles
-  using FwdCausal = FwdKernelTraits<kHeadDim, true, cutlass::bfloat16_t, false, true>;
+  using Fwd = FwdKernelTraits<kHeadDim, false, cutlass::bfloat16_t, false, Variant::kDropout>;  // the dropout kernels' tiles
+  using FwdCausal = FwdKernelTraits<kHeadDim, true, cutlass::bfloat16_t, false, Variant::kDropout>;
   using Bwd = BwdKernelTraits<kHeadDim, cutlass::bfloat16_t>;
   const std::string d = std::to_string(kHeadDim);
   check_dropout_fragments<typename Fwd::TiledMma, Fwd::kBlockM, Fwd::kBlockN>(("fwd hdim " + d).c_str());
@@ -948,7 +949,7 @@ long count_mask_apply_errors() {
 }
 
 void test_mask_apply() {
-  using Fwd = FwdKernelTraits<64, true, cutlass::bfloat16_t, false, false>;
+  using Fwd = FwdKernelTraits<64, true, cutlass::bfloat16_t>;
   using Bwd = BwdKernelTraits<128, cutlass::bfloat16_t>;
   const long fwd_bad = count_mask_apply_errors<typename Fwd::TiledMma, Fwd::kBlockM, Fwd::kBlockN>();
   const long bwd_bad = count_mask_apply_errors<typename Bwd::TiledMmaSdP, Bwd::kBlockM, Bwd::kBlockN>();
