@@ -32,12 +32,12 @@ def pytest_collection_modifyitems(config, items):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A partial build (FLASH_ATTN_CUTE_HDIMS / _DTYPES / _PASSES) skips the tests of the kernels it
-    left out, with the reason, instead of failing them."""
+    left out, with the reason, instead of failing them. Under torch.compile the NotImplementedError
+    reaches the test wrapped in a dynamo error that quotes it."""
     outcome = yield
     report = outcome.get_result()
     exc = call.excinfo
-    if report.when == "call" and exc is not None and exc.errisinstance(NotImplementedError) \
-            and "this build has no" in str(exc.value):
+    if report.when == "call" and exc is not None and "flash_attn_cute: this build has no" in str(exc.value):
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {exc.value}")
 
