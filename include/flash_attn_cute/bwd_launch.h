@@ -28,6 +28,11 @@ cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream) {
   err = cudaFuncGetAttributes(&attributes, kernel);
   if (err != cudaSuccess) return err;
   const int smem_bytes = attributes.binaryVersion >= 90 ? Traits::kSmemBytes : Traits::kSmemTileBytes;
+  // Head dim 256 needs more than sm_80's 164 KB: the caller reports it instead of a failed launch.
+  int smem_optin = 0;
+  err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, params.device);
+  if (err != cudaSuccess) return err;
+  if (smem_bytes > smem_optin) return cudaErrorLaunchOutOfResources;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (err != cudaSuccess) return err;
   const int n_blocks = ceil_div(params.seqlen_k, Traits::kBlockN);
