@@ -64,8 +64,8 @@ FLASH_HOST_DEVICE constexpr bool alibi_causal_form(Window window) { return windo
 // one base plus compile-time offsets, and its rows few: the positions go to float once per row or
 // column (exact below 2^24), so each score costs one or two adds, not an int-to-float conversion.
 template <class TensorC, class Fn>
-__device__ __forceinline__ void for_each_alibi_bias(TensorC const& tScS, int row0, int col0, int seqlen_q,
-                                                    int seqlen_k, bool causal_form, float slope_scaled, Fn&& fn) {
+FLASH_HOST_DEVICE void for_each_alibi_bias(TensorC const& tScS, int row0, int col0, int seqlen_q, int seqlen_k,
+                                           bool causal_form, float slope_scaled, Fn&& fn) {
   cute::Tensor c = cute::make_tensor(tScS.data(), acc_layout_rowcol(tScS.layout()));  // (rows, cols) -> (m, n)
   const int col_first = col0 + cute::get<1>(c(0, 0));
   auto col_offset = [&](int ni) { return float(cute::get<1>(c(0, ni)) - cute::get<1>(c(0, 0))); };
@@ -89,8 +89,8 @@ __device__ __forceinline__ void for_each_alibi_bias(TensorC const& tScS, int row
 
 // Adds slope_scaled * alibi_bias to every score of the tile (slope_scaled = slope / softmax_scale).
 template <class TensorS, class TensorC>
-__device__ __forceinline__ void apply_alibi(TensorS& tSrS, TensorC const& tScS, int row0, int col0, int seqlen_q,
-                                            int seqlen_k, bool causal_form, float slope_scaled) {
+FLASH_HOST_DEVICE void apply_alibi(TensorS& tSrS, TensorC const& tScS, int row0, int col0, int seqlen_q, int seqlen_k,
+                                   bool causal_form, float slope_scaled) {
   cute::Tensor s = cute::make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
   for_each_alibi_bias(tScS, row0, col0, seqlen_q, seqlen_k, causal_form, slope_scaled,
                       [&](int mi, int ni, float bias) { s(mi, ni) += bias; });

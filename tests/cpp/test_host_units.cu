@@ -957,6 +957,45 @@ void test_mask_apply() {
   CHECK_EQ(bwd_bad, 0L, "backward S tile (hdim 128): apply matches key_visible");
 }
 
+// apply_alibi (the kernels' per-row / per-column walk) against alibi_bias (the definition) on
+// every thread's fragment of the forward and the backward S tiles, both bias forms.
+template <class TiledMma, int kM, int kN>
+double max_alibi_apply_error() {
+  TiledMma mma;
+  double worst = 0;
+  const int shapes[][2] = {{128, 128}, {100, 300}, {300, 100}, {1, 700}, {16384, 16384}};
+  const int origins[][2] = {{0, 0}, {128, 64}, {64, 256}, {16256, 16320}};
+  const float slope = 0.0625f / 0.088f;  // slope / softmax_scale
+  for (bool causal_form : {false, true}) {
+    for (auto const& sqk : shapes) {
+      for (auto const& rc : origins) {
+        for (int tid = 0; tid < int(size(mma)); ++tid) {
+          auto thr = mma.get_thread_slice(tid);
+          Tensor tScS = thr.partition_C(make_identity_tensor(Shape<Int<kM>, Int<kN>>{}));
+          Tensor tSrS = partition_fragment_C(mma, Shape<Int<kM>, Int<kN>>{});
+          for (int i = 0; i < int(size(tSrS)); ++i) tSrS(i) = 0.5f;
+          apply_alibi(tSrS, tScS, rc[0], rc[1], sqk[0], sqk[1], causal_form, slope);
+          for (int i = 0; i < int(size(tSrS)); ++i) {
+            const double want = 0.5 + double(slope) * alibi_bias(rc[0] + get<0>(tScS(i)), rc[1] + get<1>(tScS(i)),
+                                                                  sqk[0], sqk[1], causal_form);
+            worst = std::max(worst, std::abs(double(tSrS(i)) - want) / std::max(1.0, std::abs(want)));
+          }
+        }
+      }
+    }
+  }
+  return worst;
+}
+
+void test_alibi_apply() {
+  using Fwd = FwdKernelTraits<128, false, cutlass::bfloat16_t, false, Variant::kScoreMods>;
+  using Bwd = BwdKernelTraits<128, cutlass::bfloat16_t>;
+  const double fwd_err = max_alibi_apply_error<typename Fwd::TiledMma, Fwd::kBlockM, Fwd::kBlockN>();
+  const double bwd_err = max_alibi_apply_error<typename Bwd::TiledMmaSdP, Bwd::kBlockM, Bwd::kBlockN>();
+  CHECK(fwd_err < 1e-6, fmt("forward tile (hdim 128): apply_alibi off alibi_bias by %g (relative)", fwd_err));
+  CHECK(bwd_err < 1e-6, fmt("backward S tile (hdim 128): apply_alibi off alibi_bias by %g (relative)", bwd_err));
+}
+
 // ----------------------------------------------------------------------------------------------
 
 struct Case {
@@ -967,6 +1006,7 @@ const Case kCases[] = {
     {"tile_table", test_tile_table},
     {"mask", test_mask},
     {"mask_apply", test_mask_apply},
+    {"alibi_apply", test_alibi_apply},
     {"n_block_range", test_n_block_range},
     {"m_block_range", test_m_block_range},
     {"bwd_tile_table", test_bwd_tile_table},
