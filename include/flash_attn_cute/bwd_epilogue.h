@@ -57,6 +57,14 @@ __device__ __forceinline__ void fence_proxy_async_global() {
 #endif
 }
 
+// Makes this thread's ordinary shared memory stores visible to the bulk copies (the async proxy)
+// it issues after them.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
 // Waits until this thread's bulk copies have read their shared memory (Read_only) or completed.
 template <bool Read_only>
 __device__ __forceinline__ void bulk_wait() {
@@ -107,9 +115,7 @@ struct DqAccumulator {
       for_each_acc_pair(tdQrdQ, tdQcdQ, [&](int row, int col, float a, float b) {
         *reinterpret_cast<float2*>(sdQ + row * kRowFloats + col) = make_float2(a, b);
       });
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stores are visible to the bulk copies
-#endif
+      fence_proxy_async_shared();
       if (threadIdx.x == 0) *tile = Tile{gdQaccum, semaphore, turn};
       phase = kStaged;
     } else {
