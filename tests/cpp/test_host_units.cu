@@ -919,11 +919,24 @@ void test_dropout_layout() {
   check_dropout_fragments_hdim<256>();
 }
 
+// Calls fn(tSrS, tScS) for every thread of a TiledMma: its fragment of a (kM, kN) score tile with
+// every score set to fill, and the scores' (row, col) in the tile.
+template <class TiledMma, int kM, int kN, class Fn>
+void for_each_thread_fragment(float fill, Fn&& fn) {
+  TiledMma mma;
+  for (int tid = 0; tid < int(size(mma)); ++tid) {
+    auto thr = mma.get_thread_slice(tid);
+    Tensor tScS = thr.partition_C(make_identity_tensor(Shape<Int<kM>, Int<kN>>{}));
+    Tensor tSrS = partition_fragment_C(mma, Shape<Int<kM>, Int<kN>>{});
+    for (int i = 0; i < int(size(tSrS)); ++i) tSrS(i) = fill;
+    fn(tSrS, tScS);
+  }
+}
+
 // FwdMask::apply, which works row by row, hides exactly the scores key_visible rejects, for every
 // thread's fragment of the forward and the backward S tiles.
 template <class TiledMma, int kM, int kN>
 long count_mask_apply_errors() {
-  TiledMma mma;
   long bad = 0;
   const int shapes[][2] = {{128, 128}, {100, 300}, {300, 100}, {1, 700}, {513, 513}};
   const int origins[][2] = {{0, 0}, {128, 0}, {0, 128}, {256, 192}, {384, 512}};
@@ -931,17 +944,13 @@ long count_mask_apply_errors() {
     for (auto const& sqk : shapes) {
       const FwdMask mask{sqk[0], sqk[1], w};
       for (auto const& rc : origins) {
-        for (int tid = 0; tid < int(size(mma)); ++tid) {
-          auto thr = mma.get_thread_slice(tid);
-          Tensor tScS = thr.partition_C(make_identity_tensor(Shape<Int<kM>, Int<kN>>{}));
-          Tensor tSrS = partition_fragment_C(mma, Shape<Int<kM>, Int<kN>>{});
-          for (int i = 0; i < int(size(tSrS)); ++i) tSrS(i) = 1.f;
+        for_each_thread_fragment<TiledMma, kM, kN>(1.f, [&](auto& tSrS, auto const& tScS) {
           mask.apply(tSrS, tScS, rc[0], rc[1]);
           for (int i = 0; i < int(size(tSrS)); ++i) {
             const bool visible = mask.key_visible(rc[0] + get<0>(tScS(i)), rc[1] + get<1>(tScS(i)));
             bad += visible != (tSrS(i) == 1.f);
           }
-        }
+        });
       }
     }
   }
@@ -961,7 +970,6 @@ void test_mask_apply() {
 // every thread's fragment of the forward and the backward S tiles, both bias forms.
 template <class TiledMma, int kM, int kN>
 double max_alibi_apply_error() {
-  TiledMma mma;
   double worst = 0;
   const int shapes[][2] = {{128, 128}, {100, 300}, {300, 100}, {1, 700}, {16384, 16384}};
   const int origins[][2] = {{0, 0}, {128, 64}, {64, 256}, {16256, 16320}};
@@ -969,18 +977,14 @@ double max_alibi_apply_error() {
   for (bool causal_form : {false, true}) {
     for (auto const& sqk : shapes) {
       for (auto const& rc : origins) {
-        for (int tid = 0; tid < int(size(mma)); ++tid) {
-          auto thr = mma.get_thread_slice(tid);
-          Tensor tScS = thr.partition_C(make_identity_tensor(Shape<Int<kM>, Int<kN>>{}));
-          Tensor tSrS = partition_fragment_C(mma, Shape<Int<kM>, Int<kN>>{});
-          for (int i = 0; i < int(size(tSrS)); ++i) tSrS(i) = 0.5f;
+        for_each_thread_fragment<TiledMma, kM, kN>(0.5f, [&](auto& tSrS, auto const& tScS) {
           apply_alibi(tSrS, tScS, rc[0], rc[1], sqk[0], sqk[1], causal_form, slope);
           for (int i = 0; i < int(size(tSrS)); ++i) {
             const double want = 0.5 + double(slope) * alibi_bias(rc[0] + get<0>(tScS(i)), rc[1] + get<1>(tScS(i)),
                                                                   sqk[0], sqk[1], causal_form);
             worst = std::max(worst, std::abs(double(tSrS(i)) - want) / std::max(1.0, std::abs(want)));
           }
-        }
+        });
       }
     }
   }
