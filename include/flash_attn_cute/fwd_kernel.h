@@ -145,21 +145,26 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
   [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
 
   // One key block: S = Q K^T, mask, online softmax, O += P V. On entry K(n_block) is in flight;
-  // on exit K(n_block - 1) is, if it exists.
-  auto fwd_step = [&](int n_block, auto is_masked, bool is_first) __attribute__((always_inline)) {
+  // on exit K(n_block - 1) is, if it exists. with_softcap: std::true_type or std::false_type.
+  // ALiBi (the symmetric form; the shift after finalize gives the causal form's LSE) costs no branch:
+  // the slope is 0 without it. Without softcap the bias is S's initial value, written while the
+  // tiles load; softcap's tanh comes before the bias, which is then added to its result.
+  auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap) __attribute__((always_inline)) {
+    constexpr bool kSoftcap = decltype(with_softcap)::value;
     Tensor tSrS = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
-    clear(tSrS);
+    if constexpr (Has_mods && !kSoftcap) {
+      fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
+    } else {
+      clear(tSrS);
+    }
     cp_async_wait<0>();
     __syncthreads();  // K(n_block) has landed; every warp is done reading V(n_block + 1)
     load_kv(tVgV, tVsV, v_ptr, params.v, n_block, is_masked);
     cp_async_fence();
     gemm_ss(tiled_mma, tSrS, tSrQ, tSrK, tSsQ, tSsK, smem_tiled_copy_Q, smem_tiled_copy_K, tidx);
-    if constexpr (Has_mods) {
-      if (params.softcap > 0.f) apply_softcap(tSrS, params.softcap);
-      if (params.alibi_slopes) {
-        apply_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k,
-                    alibi_causal_form(window), alibi_slope);
-      }
+    if constexpr (kSoftcap) {
+      apply_softcap(tSrS, params.softcap);
+      apply_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, false, alibi_slope);
     }
     if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScS, int(m_start), n_block * kBlockN);
     cp_async_wait<0>();
@@ -181,23 +186,41 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
     gemm_rs(tiled_mma, tOrO, tOrP, tOrVt, tOsVt, smem_tiled_copy_V, tidx);
   };
 
+  // The first step always runs masked (a no-op mask when its block is fully visible), so only
+  // the masked step carries the Is_first softmax variant: one copy fewer of the loop body.
+  auto mainloop = [&](auto with_softcap) __attribute__((always_inline)) {
+    for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
+      const bool is_first = n_block == range.n_block_max - 1;
+      if (is_first || range.is_masked(n_block)) {
+        fwd_step(n_block, cute::true_type{}, is_first, with_softcap);
+      } else {
+        fwd_step(n_block, cute::false_type{}, false, with_softcap);
+      }
+    }
+  };
   if (range.n_block_max > range.n_block_min) {
     copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, tQgQ, tQsQ, tQcQ, rows_left, params.head_dim);
     load_kv(tKgK, tKsK, k_ptr, params.k, range.n_block_max - 1, cute::true_type{});
     cp_async_fence();
-    // The first step always runs masked (a no-op mask when its block is fully visible), so only
-    // the masked step carries the Is_first softmax variant: one copy fewer of the loop body.
-    for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
-      const bool is_first = n_block == range.n_block_max - 1;
-      if (is_first || range.is_masked(n_block)) {
-        fwd_step(n_block, cute::true_type{}, is_first);
+    // One loop per softcap case: ptxas predicates a softcap checked in the step instead of
+    // branching over it, so every step would issue a tanh per score, softcap or not.
+    if constexpr (Has_mods) {
+      if (params.softcap > 0.f) {
+        mainloop(cute::true_type{});
       } else {
-        fwd_step(n_block, cute::false_type{}, false);
+        mainloop(cute::false_type{});
       }
+    } else {
+      mainloop(cute::false_type{});
     }
   }
   // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
   auto lse = softmax.finalize(tOrO_rc, params.softmax_scale, Is_dropout ? params.dropout.rp : 1.f);
+  if constexpr (Has_mods) {
+    if (params.alibi_slopes && alibi_causal_form(window)) {
+      shift_alibi_lse(lse, tScS, int(m_start), binfo.seqlen_q, binfo.seqlen_k, alibi_slope * params.softmax_scale);
+    }
+  }
   if (Is_split && params.num_splits > 1) {
     const index_t row0 = split * params.split_stride + binfo.lse_offset(params, bidb, bidh) + m_start;
     write_o_partial<Traits>(tOrO, lse, params.oaccum_ptr + row0 * kHeadDim, params.lseaccum_ptr + row0, rows_left,

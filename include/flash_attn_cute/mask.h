@@ -58,6 +58,12 @@ FLASH_HOST_DEVICE constexpr float alibi_bias(int row, int col, int seqlen_q, int
 
 FLASH_HOST_DEVICE constexpr bool alibi_causal_form(Window window) { return window.left < 0 && window.right == 0; }
 
+// On every key a causal row sees (col <= row + seqlen_k - seqlen_q), the causal form is the
+// symmetric one plus this per-row constant: a kernel may add the symmetric form and shift the LSE.
+FLASH_HOST_DEVICE constexpr float alibi_causal_shift(int row, int seqlen_q, int seqlen_k) {
+  return float(row + seqlen_k - seqlen_q);
+}
+
 #if defined(__CUDACC__)
 // Calls fn(mi, ni, slope_scaled * alibi_bias) over the (rows, cols) view of one accumulator tile
 // whose scores sit at tScS's (row, col) in a tile starting at (row0, col0). A thread's columns are
@@ -94,6 +100,28 @@ FLASH_HOST_DEVICE void apply_alibi(TensorS& tSrS, TensorC const& tScS, int row0,
   cute::Tensor s = cute::make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
   for_each_alibi_bias(tScS, row0, col0, seqlen_q, seqlen_k, causal_form, slope_scaled,
                       [&](int mi, int ni, float bias) { s(mi, ni) += bias; });
+}
+
+// Sets every score of the tile to slope_scaled * the symmetric form of alibi_bias: S's initial
+// value before the Q K^T gemm accumulates into it.
+template <class TensorS, class TensorC>
+FLASH_HOST_DEVICE void fill_alibi(TensorS& tSrS, TensorC const& tScS, int row0, int col0, int seqlen_q, int seqlen_k,
+                                  float slope_scaled) {
+  cute::Tensor s = cute::make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
+  for_each_alibi_bias(tScS, row0, col0, seqlen_q, seqlen_k, false, slope_scaled,
+                      [&](int mi, int ni, float bias) { s(mi, ni) = bias; });
+}
+
+// lse: one natural-log LSE per row of the (rows, cols) view of tScS, computed with the symmetric
+// ALiBi form; slope: the unscaled slope. Shifts it to the causal form's LSE (flash-attn's).
+template <class TensorRow, class TensorC>
+FLASH_HOST_DEVICE void shift_alibi_lse(TensorRow& lse, TensorC const& tScS, int row0, int seqlen_q, int seqlen_k,
+                                       float slope) {
+  cute::Tensor c = cute::make_tensor(tScS.data(), acc_layout_rowcol(tScS.layout()));  // (rows, cols) -> (m, n)
+#pragma unroll
+  for (int mi = 0; mi < cute::size<0>(c); ++mi) {
+    lse(mi) += slope * alibi_causal_shift(row0 + cute::get<0>(c(mi, 0)), seqlen_q, seqlen_k);
+  }
 }
 
 // Softcap: score s becomes tanh(s * softcap) (the softmax then scales by the cap), i.e. the logit

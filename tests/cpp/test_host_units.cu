@@ -966,8 +966,8 @@ void test_mask_apply() {
   CHECK_EQ(bwd_bad, 0L, "backward S tile (hdim 128): apply matches key_visible");
 }
 
-// apply_alibi (the kernels' per-row / per-column walk) against alibi_bias (the definition) on
-// every thread's fragment of the forward and the backward S tiles, both bias forms.
+// apply_alibi and fill_alibi (the kernels' per-row / per-column walks) against alibi_bias (the
+// definition) on every thread's fragment of the forward and the backward S tiles, both bias forms.
 template <class TiledMma, int kM, int kN>
 double max_alibi_apply_error() {
   double worst = 0;
@@ -985,13 +985,39 @@ double max_alibi_apply_error() {
             worst = std::max(worst, std::abs(double(tSrS(i)) - want) / std::max(1.0, std::abs(want)));
           }
         });
+        if (causal_form) continue;
+        for_each_thread_fragment<TiledMma, kM, kN>(0.5f, [&](auto& tSrS, auto const& tScS) {
+          fill_alibi(tSrS, tScS, rc[0], rc[1], sqk[0], sqk[1], slope);
+          for (int i = 0; i < int(size(tSrS)); ++i) {
+            const double want = double(slope) * alibi_bias(rc[0] + get<0>(tScS(i)), rc[1] + get<1>(tScS(i)), sqk[0],
+                                                           sqk[1], false);
+            worst = std::max(worst, std::abs(double(tSrS(i)) - want) / std::max(1.0, std::abs(want)));
+          }
+        });
       }
     }
   }
   return worst;
 }
 
+// The forward adds the symmetric form and shifts the LSE by alibi_causal_shift: on every key a
+// causal row sees, the causal form must exceed the symmetric one by exactly that shift.
+long count_alibi_shift_errors() {
+  long bad = 0;
+  const int shapes[][2] = {{128, 128}, {100, 300}, {300, 100}, {1, 700}, {16384, 16384}};
+  for (auto const& sqk : shapes) {
+    for (int row = 0; row < sqk[0]; row += 1 + sqk[0] / 97) {
+      for (int col = 0; col < sqk[1] && col <= row + sqk[1] - sqk[0]; col += 1 + sqk[1] / 89) {
+        const float causal = alibi_bias(row, col, sqk[0], sqk[1], true);
+        bad += causal != alibi_bias(row, col, sqk[0], sqk[1], false) + alibi_causal_shift(row, sqk[0], sqk[1]);
+      }
+    }
+  }
+  return bad;
+}
+
 void test_alibi_apply() {
+  CHECK_EQ(count_alibi_shift_errors(), 0L, "causal ALiBi form = symmetric form + alibi_causal_shift on visible keys");
   using Fwd = FwdKernelTraits<128, false, cutlass::bfloat16_t, false, Variant::kScoreMods>;
   using Bwd = BwdKernelTraits<128, cutlass::bfloat16_t>;
   const double fwd_err = max_alibi_apply_error<typename Fwd::TiledMma, Fwd::kBlockM, Fwd::kBlockN>();
