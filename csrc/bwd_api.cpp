@@ -79,9 +79,12 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   params.deterministic = deterministic;
   params.dq_semaphore = deterministic ? dq_semaphore.data_ptr<int>() : nullptr;
   const cudaError_t err = run_bwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err != cudaErrorLaunchOutOfResources, "flash_attn_cute: the backward kernel for head dim ", p.head_dim,
-              " needs more shared memory per block than this GPU offers (sm_80's 164 KB is too little at head dim ",
-              "256)");
+  if (err == cudaErrorLaunchOutOfResources) {
+    int smem_optin = 0;
+    cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, params.device);
+    TORCH_CHECK(false, "flash_attn_cute: the backward kernel for head dim ", p.head_dim,
+                " needs more shared memory per block than this GPU's ", smem_optin / 1024, " KB");
+  }
   TORCH_CHECK(err == cudaSuccess, "flash_attn_cute: backward kernel launch failed: ", cudaGetErrorString(err));
 }
 
