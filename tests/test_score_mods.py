@@ -71,6 +71,27 @@ def test_softcap_alibi_fwd_bwd(dtype, softcap, alibi, window, causal, heads):
     _check_grads(_grads_of(fn, (q, k, v), dout), ref, (q, k, v), dout)
 
 
+@pytest.mark.parametrize("seqlens", [(1, 1), (113, 37), (37, 113), (1023, 1023), (1024, 4096), (4096, 1024)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_alibi_seqlens(seqlens, causal, head_dim):
+    """The forward adds ALiBi's symmetric form (as S's initial value) and shifts a causal row's LSE
+    to flash-attn's causal form; the backward recomputes P from that LSE. Steep slopes over long
+    rows, and causal rows that see no key (seqlen_q > seqlen_k: LSE +inf, zero gradient)."""
+    torch.manual_seed(2)
+    seqlen_q, seqlen_k = seqlens
+    batch, nheads = 1, 4
+    q, k, v = (_randn(batch, s, nheads, head_dim, dtype=BF16) for s in (seqlen_q, seqlen_k, seqlen_k))
+    slopes = torch.tensor([1.0, 2.0 ** -2, 2.0 ** -5, 2.0 ** -8], device="cuda")
+    out, lse, _ = fac.flash_attn_func(q, k, v, causal=causal, alibi_slopes=slopes, return_attn_probs=True)
+    _check(q, k, v, causal, out, lse, alibi_slopes=slopes)
+    dout = _randn(*q.shape, dtype=BF16)
+    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, causal=causal, alibi_slopes=slopes)  # noqa: E731
+    ref = lambda q, k, v, **kw: attention_ref(q, k, v, causal=causal, alibi_slopes=slopes, **kw)[0]  # noqa: E731
+    _check_grads(_grads_of(fn, (q, k, v), dout), ref, (q, k, v), dout)
+
+
 @pytest.mark.parametrize("mods", ["window", "softcap_alibi", "all"])
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_varlen_score_mods(mods, deterministic):
