@@ -30,6 +30,17 @@ def _mods_case(window, causal, softcap, alibi, batch, nheads):
                 alibi_slopes=_slopes(batch, nheads, alibi == "per_batch") if alibi else None)
 
 
+def _check_fwd_bwd(q, k, v, **mods):
+    """flash_attn_func(q, k, v, **mods): out and LSE, then the gradients for a random dout, against
+    the reference. mods: causal, window_size, softcap, alibi_slopes."""
+    out, lse, _ = fac.flash_attn_func(q, k, v, return_attn_probs=True, **mods)
+    _check(q, k, v, out=out, lse=lse, **mods)
+    dout = _randn(*q.shape, dtype=q.dtype)
+    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, **mods)  # noqa: E731
+    ref = lambda q, k, v, **kw: attention_ref(q, k, v, **mods, **kw)[0]  # noqa: E731
+    _check_grads(_grads_of(fn, (q, k, v), dout), ref, (q, k, v), dout)
+
+
 @pytest.mark.parametrize("window, causal", WINDOWS, ids=[f"{w}{'-causal' if c else ''}" for w, c in WINDOWS])
 @pytest.mark.parametrize("seqlens", [(128, 128), (113, 203), (300, 97), (1, 512), (1024, 1023)], ids=str)
 @pytest.mark.parametrize("head_dim", [64, 128])
@@ -39,12 +50,7 @@ def test_window_fwd_bwd(window, causal, seqlens, head_dim):
     q = _randn(batch, seqlen_q, nheads, head_dim, dtype=BF16)
     k = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=BF16)
     v = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=BF16)
-    out, lse, _ = fac.flash_attn_func(q, k, v, causal=causal, window_size=window, return_attn_probs=True)
-    _check(q, k, v, causal, out, lse, window_size=window)
-    dout = _randn(*q.shape, dtype=BF16)
-    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, causal=causal, window_size=window)  # noqa: E731
-    ref = lambda q, k, v, **kw: attention_ref(q, k, v, causal=causal, window_size=window, **kw)[0]  # noqa: E731
-    _check_grads(_grads_of(fn, (q, k, v), dout), ref, (q, k, v), dout)
+    _check_fwd_bwd(q, k, v, causal=causal, window_size=window)
 
 
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
@@ -62,13 +68,7 @@ def test_softcap_alibi_fwd_bwd(dtype, softcap, alibi, window, causal, heads):
     q = _randn(batch, seqlen_q, nheads, head_dim, dtype=dtype, scale=3.0)
     k = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype)
     v = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype)
-    mods = _mods_case(window, causal, softcap, alibi, batch, nheads)
-    out, lse, _ = fac.flash_attn_func(q, k, v, return_attn_probs=True, **mods)
-    _check(q, k, v, out=out, lse=lse, **mods)
-    dout = _randn(*q.shape, dtype=dtype)
-    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, **mods)  # noqa: E731
-    ref = lambda q, k, v, **kw: attention_ref(q, k, v, **mods, **kw)[0]  # noqa: E731
-    _check_grads(_grads_of(fn, (q, k, v), dout), ref, (q, k, v), dout)
+    _check_fwd_bwd(q, k, v, **_mods_case(window, causal, softcap, alibi, batch, nheads))
 
 
 @pytest.mark.parametrize("seqlens", [(1, 1), (113, 37), (37, 113), (1023, 1023), (1024, 4096), (4096, 1024)],
@@ -84,12 +84,7 @@ def test_alibi_seqlens(seqlens, causal, head_dim):
     batch, nheads = 1, 4
     q, k, v = (_randn(batch, s, nheads, head_dim, dtype=BF16) for s in (seqlen_q, seqlen_k, seqlen_k))
     slopes = torch.tensor([1.0, 2.0 ** -2, 2.0 ** -5, 2.0 ** -8], device="cuda")
-    out, lse, _ = fac.flash_attn_func(q, k, v, causal=causal, alibi_slopes=slopes, return_attn_probs=True)
-    _check(q, k, v, causal, out, lse, alibi_slopes=slopes)
-    dout = _randn(*q.shape, dtype=BF16)
-    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, causal=causal, alibi_slopes=slopes)  # noqa: E731
-    ref = lambda q, k, v, **kw: attention_ref(q, k, v, causal=causal, alibi_slopes=slopes, **kw)[0]  # noqa: E731
-    _check_grads(_grads_of(fn, (q, k, v), dout), ref, (q, k, v), dout)
+    _check_fwd_bwd(q, k, v, causal=causal, alibi_slopes=slopes)
 
 
 @pytest.mark.parametrize("mods", ["window", "softcap_alibi", "all"])
