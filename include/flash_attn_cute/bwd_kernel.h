@@ -269,23 +269,20 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
                                    params.head_dim);
     copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, tVgV, gmem_thr_copy.partition_D(sV), tKVcKV, keys_left,
                                    params.head_dim);
-    // The CTAs of one head would all add into the same dQ rows at the same time: each starts its
-    // walk over the row blocks at a different one (not when deterministic: the dQ order is fixed).
-    const int n_steps = range.m_block_max - range.m_block_min;
-    const int first_step = params.deterministic ? 0 : n_block % n_steps;
-    auto m_block_of = [&](int step) { return range.m_block_min + (first_step + step) % n_steps; };
+    // Every CTA walks its row blocks upwards, so the CTAs of one head read the same Q and dO tiles
+    // at about the same time, from L2. (Starting each CTA's walk at a different row block, to spread
+    // the dQ additions, measured 2-3 % slower on H200: head dim 64 non-causal, 256 causal.)
     const int bidh_begin = bidh_kv * group;
     const int bidh_end = bidh_begin + group;
-    load_q_lse_d(bidh_begin, m_block_of(0), 0);
-    load_do(bidh_begin, m_block_of(0), 0);
+    load_q_lse_d(bidh_begin, range.m_block_min, 0);
+    load_do(bidh_begin, range.m_block_min, 0);
     int slot = 0;
     for (int bidh = bidh_begin; bidh < bidh_end; ++bidh) {
-      for (int step = 0; step < n_steps; ++step, slot ^= 1) {
-        const int m_block = m_block_of(step);
-        const bool last_of_head = step + 1 == n_steps;
+      for (int m_block = range.m_block_min; m_block < range.m_block_max; ++m_block, slot ^= 1) {
+        const bool last_of_head = m_block + 1 == range.m_block_max;
         const bool has_next = !last_of_head || bidh + 1 < bidh_end;
         const int next_bidh = last_of_head ? bidh + 1 : bidh;
-        const int next_m_block = m_block_of(last_of_head ? 0 : step + 1);
+        const int next_m_block = last_of_head ? range.m_block_min : m_block + 1;
         if (range.is_masked(m_block)) {
           bwd_step(bidh, m_block, slot, cute::true_type{}, has_next, next_bidh, next_m_block);
         } else {
