@@ -14,6 +14,12 @@ namespace flash_attn_cute {
 // per instruction land in distinct bank groups), and adds the staged rows as one contiguous block.
 constexpr int dq_accum_row_floats(int kernel_head_dim) { return kernel_head_dim + 8; }
 
+// Without the bulk reductions (sm_80, and where the staging tile does not fit), a dQ tile is added
+// in fragment order (bwd_epilogue.h DqAccumulator): the float offset, in its row block's tile of
+// the accumulator, of pair `pair` (values 2 pair and 2 pair + 1) of thread `thread`'s dQ fragment
+// in a CTA of `threads` threads. The 32 lanes of a warp add one pair index to 256 contiguous bytes.
+constexpr int dq_fragment_offset(int pair, int thread, int threads) { return 2 * (pair * threads + thread); }
+
 // Defined in the generated instantiation files (csrc/generated/), one per combination.
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream);

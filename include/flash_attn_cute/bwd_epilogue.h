@@ -1,9 +1,12 @@
 // The backward's two ways out: the dQ tiles added into the fp32 accumulator (in key-block order
-// when deterministic), and the dK / dV tiles written once at the end of a CTA.
+// when deterministic) and, for tiles added in fragment order, their conversion to dQ; and the dK /
+// dV tiles written once at the end of a CTA.
 #pragma once
 
 #include <cute/tensor.hpp>
+#include <cutlass/numeric_conversion.h>
 
+#include "block_info.h"
 #include "bwd_api.h"
 #include "params.h"
 #include "utils.h"
@@ -84,7 +87,11 @@ __device__ __forceinline__ void bulk_wait() {
 //     contiguous rows with one bulk reduction. The barrier the step has anyway makes the whole
 //     tile visible (measured on H200: faster than one reduction per row, issued by two warps or by
 //     every warp, than atomics, and than each warp adding its own part of the tile).
-//   Otherwise: add() adds the tile at once with atomics, a pair of adjacent columns at a time.
+//   Otherwise: add() adds the tile at once with atomics, two floats per thread and instruction, in
+//     fragment order: the accumulator tile holds pair i of thread t's fragment at floats
+//     2 (i kThreads + t), so each warp's reduction covers 256 contiguous bytes (two cache lines,
+//     where the MMA layout's rows would touch eight), and bwd_convert_dq_fragments_kernel reads
+//     the tile back the same way.
 // Deterministic (a semaphore per (batch, head, row block)): a tile is added once the key blocks
 // before it in the row block's order have added theirs, and the turn is handed on at the next
 // barrier after, when the additions have completed, so that no thread waits for its own additions.
@@ -101,6 +108,7 @@ struct DqAccumulator {
   enum Phase { kNone, kStaged, kAdded };
 
   static constexpr int kRowFloats = dq_accum_row_floats(kHeadDim);
+  static constexpr int kThreads = 32 * kNWarps;
   float* sdQ;      // kBulk: the staged tile, kBlockM x kRowFloats floats
   Tile* tile;      // in shared memory
   Phase phase = kNone;
@@ -123,12 +131,18 @@ struct DqAccumulator {
         if (threadIdx.x == 0) wait_for(semaphore, turn);
         __syncthreads();
       }
-      for_each_acc_pair(tdQrdQ, tdQcdQ, [&](int row, int col, float a, float b) {
-        atomic_add_pair(gdQaccum + row * kRowFloats + col, a, b);
-      });
+#pragma unroll
+      for (int i = 0; i < size(tdQrdQ); i += 2) atomic_add_pair(fragment_pair(gdQaccum, i), tdQrdQ(i), tdQrdQ(i + 1));
       if (threadIdx.x == 0) tile->semaphore = semaphore;
       phase = kAdded;
     }
+  }
+
+  // Fragment order (without kBulk): where the pair (i, i + 1) (i even) of this thread's fragment
+  // lives in the accumulator tile that starts at tile. The offset is linear: its constant part, added
+  // last, becomes the instruction's immediate offset.
+  static __device__ __forceinline__ float* fragment_pair(float* tile, int i) {
+    return (tile + dq_fragment_offset(0, threadIdx.x, kThreads)) + dq_fragment_offset(i / 2, 0, kThreads);
   }
 
   // The step's first CTA-wide barrier (__syncthreads): after it the staged tile is added (kBulk);
@@ -198,6 +212,46 @@ __device__ __forceinline__ void write_kv_tile(TiledMma const& tiled_mma, TensorA
   for (int i = 0; i < size(acc); ++i) acc(i) *= scale;
   store_tile_via_smem<typename Traits::SmemCopyAtomPdS, typename Traits::GmemTiledCopyOut, Is_even_K>(
       tiled_mma, convert_type<Element>(acc), sTmp, gOut, rows_left, head_dim, tidx);
+}
+
+// dQ = score_scale * dQ accumulator, from tiles added in fragment order (DqAccumulator without
+// kBulk). grid (ceil_div(seqlen_q, kBlockM), batch, heads), Traits::kNThreads threads: thread t
+// reads back the pairs its namesake added in the main kernel and learns their (row, col) from the
+// same dQ MMA partition.
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kNThreads)
+    bwd_convert_dq_fragments_kernel(__grid_constant__ const BwdParams params) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  using DqAccum = DqAccumulator<false, kBlockM, Traits::kHeadDim, Traits::kNWarps>;
+  const int m_block = blockIdx.x, bidb = blockIdx.y, bidh = blockIdx.z;
+  const BlockInfo binfo(params, bidb);
+  const int rows_left = binfo.seqlen_q - m_block * kBlockM;
+  if (rows_left <= 0) return;
+  float* tile = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
+                index_t(m_block) * kBlockM * params.dq_accum_row_stride;
+  Element* gdQ = static_cast<Element*>(params.dq.ptr) + binfo.q_offset(params.dq, bidb, bidh) +
+                 index_t(m_block) * kBlockM * params.dq.row_stride;
+  typename Traits::TiledMmadQ mma_dq;
+  auto tile_mk = Shape<Int<kBlockM>, Int<Traits::kHeadDim>>{};
+  Tensor tdQcdQ = mma_dq.get_thread_slice(threadIdx.x).partition_C(make_identity_tensor(tile_mk));  // (MMA, MMA_M, MMA_K)
+  Tensor acc = partition_fragment_C(mma_dq, tile_mk);                                               // (MMA, MMA_M, MMA_K)
+#pragma unroll
+  for (int i = 0; i < size(acc); i += 2) {
+    const float2 pair = *reinterpret_cast<float2 const*>(DqAccum::fragment_pair(tile, i));
+    acc(i) = pair.x * params.score_scale;
+    acc(i + 1) = pair.y * params.score_scale;
+  }
+  for_each_acc_pair(acc, tdQcdQ, [&](int row, int col, float a, float b) {
+    if (row < rows_left && col < params.head_dim) {
+      cutlass::Array<float, 2> in;
+      in[0] = a;
+      in[1] = b;
+      cutlass::AlignedArray<Element, 2> out;
+      static_cast<cutlass::Array<Element, 2>&>(out) = cutlass::NumericArrayConverter<Element, float, 2>{}(in);
+      *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(gdQ + row * params.dq.row_stride + col) = out;
+    }
+  });
 }
 
 }  // namespace flash_attn_cute

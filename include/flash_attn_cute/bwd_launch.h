@@ -22,12 +22,14 @@ cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
 
   auto kernel = flash_bwd_kernel<Traits, kIsCausal, kIsEvenK, kVariant>;
-  // The dQ staging tile is used by the sm_90 code only (sm_80 has 164 KB of shared memory): the
-  // binary the device runs says which.
+  // The dQ staging tile (bulk reductions) is used by the sm_90 code only (sm_80 has 164 KB of
+  // shared memory), and where it fits: the binary the device runs says which. Without it, the dQ
+  // tiles are added in fragment order, which the convert kernel undoes.
   cudaFuncAttributes attributes;
   err = cudaFuncGetAttributes(&attributes, kernel);
   if (err != cudaSuccess) return err;
-  const int smem_bytes = attributes.binaryVersion >= 90 ? Traits::kSmemBytes : Traits::kSmemTileBytes;
+  const bool dq_bulk = attributes.binaryVersion >= 90 && Traits::kDQBulkReduce;
+  const int smem_bytes = dq_bulk ? Traits::kSmemBytes : Traits::kSmemTileBytes;
   // Head dim 256 needs more than sm_80's 164 KB: the caller reports it instead of a failed launch.
   int smem_optin = 0;
   err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, params.device);
@@ -43,7 +45,10 @@ cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream) {
   err = cudaPeekAtLastError();
   if (err != cudaSuccess) return err;
 
-  return run_row_kernel(bwd_convert_dq_kernel<Element>, params, stream);
+  if (dq_bulk) return run_row_kernel(bwd_convert_dq_kernel<Element>, params, stream);
+  const dim3 convert_grid(ceil_div(params.seqlen_q, Traits::kBlockM), params.batch, params.heads);
+  bwd_convert_dq_fragments_kernel<Traits><<<convert_grid, Traits::kNThreads, 0, stream>>>(params);
+  return cudaPeekAtLastError();
 }
 
 }  // namespace flash_attn_cute

@@ -47,7 +47,8 @@ __global__ void __launch_bounds__(RowWalk::kThreads) bwd_dot_do_o_kernel(__grid_
   if (walk.lane == 0) params.dsoftmax_sum_ptr[binfo.lse_offset(params, bidb, bidh) + walk.row] = dot;
 }
 
-// grid (ceil_div(seqlen_q, kRowsPerCta), batch, heads): dQ = score_scale * dq_accum.
+// grid (ceil_div(seqlen_q, kRowsPerCta), batch, heads): dQ = score_scale * dq_accum, for tiles added
+// row by row (the bulk reductions; atomics add in fragment order: bwd_epilogue.h).
 template <class Element>
 __global__ void __launch_bounds__(RowWalk::kThreads) bwd_convert_dq_kernel(__grid_constant__ const BwdParams params) {
   const RowWalk walk;

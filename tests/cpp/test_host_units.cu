@@ -459,6 +459,39 @@ void test_dq_accum_offset() {
   }
 }
 
+// dq_fragment: the atomics path's fragment order (dq_fragment_offset) puts every value of a bwd
+// tile's dQ fragments at its own float of the row block's accumulator tile, [0, block_m * d), inside
+// the block_m padded rows the tile owns; and a warp's 32 lanes add one pair index to 64 contiguous
+// floats.
+void test_dq_fragment() {
+  for (int d : kFwdHeadDims) {
+    const BwdTileShape t = bwd_tile_shape(d);
+    const int threads = 32 * t.n_warps;
+    const int floats = t.block_m * d;
+    const std::string where = fmt("bwd hdim %d", d);
+    CHECK(floats % (2 * threads) == 0, where + ": dQ tile not a whole number of pairs per thread");
+    CHECK(floats <= t.block_m * dq_accum_row_floats(d), where + ": fragment order overflows the tile's rows");
+    std::vector<int> seen(floats, 0);
+    for (int pair = 0; pair < floats / (2 * threads); ++pair) {
+      for (int warp = 0; warp < t.n_warps; ++warp) {
+        const int first = dq_fragment_offset(pair, 32 * warp, threads);
+        for (int lane = 0; lane < 32; ++lane) {
+          const int offset = dq_fragment_offset(pair, 32 * warp + lane, threads);
+          CHECK_EQ(offset, first + 2 * lane, where + fmt(": pair %d warp %d lane %d not contiguous", pair, warp, lane));
+          if (offset >= 0 && offset + 1 < floats) {
+            ++seen[offset];
+            ++seen[offset + 1];
+          }
+        }
+      }
+    }
+    for (int f = 0; f < floats; ++f) {
+      CHECK_EQ(seen[f], 1, where + fmt(": float %d of the tile added %d times", f, seen[f]));
+      if (seen[f] != 1) break;
+    }
+  }
+}
+
 // dq_accum_row: one warp's pair stores of the dQ MMA layout (rows r0 .. r0 + 7, columns 8 c ..
 // 8 c + 7, one float2 per lane) into the staging tile, whose rows are dq_accum_row_floats(d) floats
 // (32 four-byte banks), touch no bank more than twice: two wavefronts, the minimum. The padding
@@ -1042,6 +1075,7 @@ const Case kCases[] = {
     {"bwd_tile_table", test_bwd_tile_table},
     {"dq_accum_offset", test_dq_accum_offset},
     {"dq_accum_row", test_dq_accum_row},
+    {"dq_fragment", test_dq_fragment},
     {"split_heuristic", test_split_heuristic},
     {"split_range", test_split_range},
     {"split_combine", test_split_combine},
