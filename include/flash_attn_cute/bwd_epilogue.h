@@ -86,7 +86,8 @@ __device__ __forceinline__ void bulk_wait() {
 //     next CTA-wide barrier (sync_then_add()), one lane of every warp adds kBlockM / kNWarps
 //     contiguous rows with one bulk reduction. The barrier the step has anyway makes the whole
 //     tile visible (measured on H200: faster than one reduction per row, issued by two warps or by
-//     every warp, than atomics, and than each warp adding its own part of the tile).
+//     every warp, than atomics in the MMA layout's rows, and than each warp adding its own part of
+//     the tile; slower than the atomics below: BwdKernelTraits::kDQBulkReduce).
 //   Otherwise: add() adds the tile at once with atomics, two floats per thread and instruction, in
 //     fragment order: the accumulator tile holds pair i of thread t's fragment at floats
 //     2 (i kThreads + t), so each warp's reduction covers 256 contiguous bytes (two cache lines,
