@@ -9,15 +9,13 @@
 namespace flash_attn_cute {
 
 // Floats per row of the backward's fp32 dQ accumulator (BwdParams::dq_accum_ptr): the kernel head
-// dim and 8 of padding. The sm_90 kernel stages each dQ tile in shared memory with the same rows,
-// where the padding makes the MMA layout's pair stores conflict-free (8 rows of one 8-float chunk
-// per instruction land in distinct bank groups), and adds the staged rows as one contiguous block.
-constexpr int dq_accum_row_floats(int kernel_head_dim) { return kernel_head_dim + 8; }
+// dim, so that a query row block's tile is kBlockM * kernel head dim contiguous floats.
+constexpr int dq_accum_row_floats(int kernel_head_dim) { return kernel_head_dim; }
 
-// Without the bulk reductions (sm_80, and where the staging tile does not fit), a dQ tile is added
-// in fragment order (bwd_epilogue.h DqAccumulator): the float offset, in its row block's tile of
-// the accumulator, of pair `pair` (values 2 pair and 2 pair + 1) of thread `thread`'s dQ fragment
-// in a CTA of `threads` threads. The 32 lanes of a warp add one pair index to 256 contiguous bytes.
+// A dQ tile is added in fragment order (bwd_epilogue.h DqAccumulator): the float offset, in its row
+// block's tile of the accumulator, of pair `pair` (values 2 pair and 2 pair + 1) of thread
+// `thread`'s dQ fragment in a CTA of `threads` threads. The 32 lanes of a warp add one pair index
+// to 256 contiguous bytes.
 constexpr int dq_fragment_offset(int pair, int thread, int threads) { return 2 * (pair * threads + thread); }
 
 // Defined in the generated instantiation files (csrc/generated/), one per combination.

@@ -68,15 +68,8 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});               // (kBlockN, kHeadDim)
   Tensor sP = make_tensor(sV.data() + size(sV), typename Traits::SmemLayoutPdS{});              // (kBlockM, kBlockN)
   Tensor sdS = make_tensor(sP.data() + size(sP), typename Traits::SmemLayoutPdS{});             // (kBlockM, kBlockN)
-  // dQ: on sm_90 staged in an fp32 tile after the others, when it fits (see BwdKernelTraits).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr bool kDQBulk = Traits::kDQBulkReduce;
-#else
-  constexpr bool kDQBulk = false;
-#endif
-  using DqAccum = DqAccumulator<kDQBulk, kBlockM, kHeadDim, Traits::kNWarps>;
-  DqAccum dq_accum{reinterpret_cast<float*>(smem + Traits::kSmemTileBytes),
-                   reinterpret_cast<typename DqAccum::Tile*>(smem + Traits::kSmemDQTileOffset)};
+  DqAccumulator<kBlockM, kHeadDim, Traits::kNWarps> dq_accum{reinterpret_cast<int**>(smem + Traits::kSmemDQPendingOffset)};
+  dq_accum.init();
   Tensor sQt = make_tensor(sQ.data(), typename Traits::SmemLayoutQt{});                         // (kHeadDim, kBlockM)
   Tensor sdOt = make_tensor(sdO.data(), typename Traits::SmemLayoutQt{});                       // (kHeadDim, kBlockM)
   Tensor sKt = make_tensor(sK.data(), typename Traits::SmemLayoutKt{});                         // (kHeadDim, kBlockN)
@@ -171,7 +164,6 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   auto copy_dq_B = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, mma_dq);
   Tensor tdQsdS = copy_dq_A.get_thread_slice(tidx).partition_S(sdS);  // (CPY, CPY_M, CPY_N)
   Tensor tdQsKt = copy_dq_B.get_thread_slice(tidx).partition_S(sKt);  // (CPY, CPY_K, CPY_N)
-  Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(tile_mk));   // (MMA, MMA_M, MMA_K) -> (m, k)
 
   const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
   constexpr int kRows = decltype(size<0>(tScS_rc))::value;
@@ -187,8 +179,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     const int m_start = m_block * kBlockM;
     cp_async_wait<0>();
     // Q, dO, LSE, D of this block have landed; every warp is done with the other slot, P and dS.
-    // The last dQ tile goes out.
-    dq_accum.sync_then_add();
+    dq_accum.barrier();
     if (has_next) load_q_lse_d(next_bidh, next_m_block, slot ^ 1);
     // This thread's rows of LSE (in log2 units) and D. Rows past seqlen_q get LSE = +inf: P = 0.
     Tensor lse_log2 = make_tensor<float>(Shape<Int<kRows>>{});
@@ -241,7 +232,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     Tensor rdS = convert_type<Element>(tdPrdP);
     copy(copy_pds, copy_pds.get_thread_slice(tidx).retile_S(rP), tPsP);
     copy(copy_pds, copy_pds.get_thread_slice(tidx).retile_S(rdS), tdSsdS);
-    dq_accum.sync_then_release();  // P and dS are in shared memory; sdQ is free
+    dq_accum.barrier();  // P and dS are in shared memory
 
     gemm_ss(mma_dkv, acc_dv, tdVrPt, tdVrdOt, tdVsPt, in_slot(tdVsdOt, slot, kSlot), copy_dkv_A, copy_dkv_B, tidx);
     Tensor acc_dq = partition_fragment_C(mma_dq, tile_mk);  // (MMA, MMA_M, MMA_K)
@@ -258,7 +249,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
             ? n_block
             : n_block - fwd_n_block_range(m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window)
                             .n_block_min;
-    dq_accum.add(acc_dq, tdQcdQ, gdQaccum, semaphore, dq_order);
+    dq_accum.add(acc_dq, gdQaccum, semaphore, dq_order);
     gemm_ss(mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, in_slot(tdKsQt, slot, kSlot), copy_dkv_A, copy_dkv_B, tidx);
   };
 
@@ -292,9 +283,8 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     }
   }
   // dK and dV, also when no query row saw these keys (then they are 0).
-  // The last dQ tile goes out; then every warp is done reading K and V, and sdQ is read.
-  dq_accum.sync_then_add();
-  dq_accum.sync_then_release();
+  // Every warp is done reading K and V (and the last dQ tile's turn is handed on).
+  dq_accum.barrier();
   Tensor gdK = k_side_tile(params.dk);
   Tensor gdV = k_side_tile(params.dv);
   write_kv_tile<Traits, Is_even_K>(mma_dkv, acc_dk, params.score_scale, sK, gdK, keys_left, params.head_dim, tidx);

@@ -69,26 +69,15 @@ struct BwdKernelTraits {
 
   // Shared memory, in this order: Q x 2, dO x 2 (the next row block loads while this one runs),
   // K, V, P, dS, then the fp32 LSE and D of the row block x 2 (they load with its Q and dO) and
-  // DqAccumulator's Tile. The dK / dV epilogue reuses K and V.
+  // DqAccumulator's pending semaphore. The dK / dV epilogue reuses K and V.
   static constexpr int kSmemQElems = cosize_v<SmemLayoutQ>;
   static constexpr int kSmemKVElems = cosize_v<SmemLayoutKV>;
   static constexpr int kSmemPdSElems = cosize_v<SmemLayoutPdS>;
   static constexpr int kSmemLseDOffset = (4 * kSmemQElems + 2 * kSmemKVElems + 2 * kSmemPdSElems) * sizeof(Element);
-  static constexpr int kSmemDQTileOffset = kSmemLseDOffset + 2 * 2 * kBlockM * int(sizeof(float));
-  static constexpr int kSmemTileBytes = kSmemDQTileOffset + 128;  // + the dQ tile's destination
-  static_assert(kSmemTileBytes <= 227 * 1024, "backward tiles exceed the shared memory of one SM");
+  static constexpr int kSmemDQPendingOffset = kSmemLseDOffset + 2 * 2 * kBlockM * int(sizeof(float));
+  static constexpr int kSmemBytes = kSmemDQPendingOffset + int(sizeof(int*));
+  static_assert(kSmemBytes <= 227 * 1024, "backward tiles exceed the shared memory of one SM");
   static_assert(2 * kBlockM <= kNThreads, "one thread per row loads its LSE, one its D");
-
-  // A dQ tile goes to the fp32 accumulator as per-thread vector atomics in fragment order
-  // (bwd_epilogue.h), or, on sm_90, as bulk reductions from an fp32 staging tile after the others
-  // with the accumulator's rows (bwd_api.h dq_accum_row_floats). Measured on H200 (bf16 backward vs
-  // FA2, geomean): atomics 1.10x against bulk 1.02x at head dim 64, 1.15x against 1.10x at 128; at
-  // 256 the staging tile does not fit. Head dims 32, 96 and 192 keep the bulk reductions until
-  // measured.
-  static constexpr int kSmemDQBytes = kBlockM * dq_accum_row_floats(kHeadDim) * int(sizeof(float));
-  static constexpr bool kDQBulkReduce =
-      kHeadDim != 64 && kHeadDim != 128 && kSmemTileBytes + kSmemDQBytes <= 227 * 1024;
-  static constexpr int kSmemBytes = kSmemTileBytes + (kDQBulkReduce ? kSmemDQBytes : 0);
 
   using GmemTiledCopy = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyAsync;
   using GmemTiledCopyOut = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyStore;

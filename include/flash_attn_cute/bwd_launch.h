@@ -22,30 +22,21 @@ cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
 
   auto kernel = flash_bwd_kernel<Traits, kIsCausal, kIsEvenK, kVariant>;
-  // The dQ staging tile (bulk reductions) is used by the sm_90 code only (sm_80 has 164 KB of
-  // shared memory), and where it fits: the binary the device runs says which. Without it, the dQ
-  // tiles are added in fragment order, which the convert kernel undoes.
-  cudaFuncAttributes attributes;
-  err = cudaFuncGetAttributes(&attributes, kernel);
-  if (err != cudaSuccess) return err;
-  const bool dq_bulk = attributes.binaryVersion >= 90 && Traits::kDQBulkReduce;
-  const int smem_bytes = dq_bulk ? Traits::kSmemBytes : Traits::kSmemTileBytes;
   // Head dim 256 needs more than sm_80's 164 KB: the caller reports it instead of a failed launch.
   int smem_optin = 0;
   err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, params.device);
   if (err != cudaSuccess) return err;
-  if (smem_bytes > smem_optin) return cudaErrorLaunchOutOfResources;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (Traits::kSmemBytes > smem_optin) return cudaErrorLaunchOutOfResources;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int n_blocks = ceil_div(params.seqlen_k, Traits::kBlockN);
   const dim3 grid = bwd_grid_key_block_major(kIsCausal, params.deterministic)
                         ? dim3(params.heads_k, params.batch, n_blocks)
                         : dim3(n_blocks, params.batch, params.heads_k);
-  kernel<<<grid, Traits::kNThreads, smem_bytes, stream>>>(params);
+  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(params);
   err = cudaPeekAtLastError();
   if (err != cudaSuccess) return err;
 
-  if (dq_bulk) return run_row_kernel(bwd_convert_dq_kernel<Element>, params, stream);
   const dim3 convert_grid(ceil_div(params.seqlen_q, Traits::kBlockM), params.batch, params.heads);
   bwd_convert_dq_fragments_kernel<Traits><<<convert_grid, Traits::kNThreads, 0, stream>>>(params);
   return cudaPeekAtLastError();

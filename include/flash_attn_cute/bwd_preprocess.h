@@ -1,10 +1,9 @@
-// The two small kernels around the backward mainloop: D = rowsum(dO * O) before it, and the fp32
-// dQ accumulator -> dQ (scaled, in the input dtype) after it. Both are memory-bound row walks
-// (row_walk.h).
+// The backward's preprocessing: D = rowsum(dO * O), a memory-bound row walk (row_walk.h). (The dQ
+// accumulator -> dQ conversion after the main kernel reads its tiles in fragment order:
+// bwd_epilogue.h.)
 #pragma once
 
 #include <cuda_runtime.h>
-#include <cutlass/numeric_conversion.h>
 #include <cutlass/numeric_types.h>
 
 #include "block_info.h"
@@ -45,30 +44,6 @@ __global__ void __launch_bounds__(RowWalk::kThreads) bwd_dot_do_o_kernel(__grid_
     dot += __shfl_xor_sync(group_mask, dot, offset);
   }
   if (walk.lane == 0) params.dsoftmax_sum_ptr[binfo.lse_offset(params, bidb, bidh) + walk.row] = dot;
-}
-
-// grid (ceil_div(seqlen_q, kRowsPerCta), batch, heads): dQ = score_scale * dq_accum, for tiles added
-// row by row (the bulk reductions; atomics add in fragment order: bwd_epilogue.h).
-template <class Element>
-__global__ void __launch_bounds__(RowWalk::kThreads) bwd_convert_dq_kernel(__grid_constant__ const BwdParams params) {
-  const RowWalk walk;
-  const int bidb = blockIdx.y, bidh = blockIdx.z;
-  const BlockInfo binfo(params, bidb);
-  if (walk.row >= binfo.seqlen_q) return;
-  float const* accum_row =
-      params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) + walk.row * params.dq_accum_row_stride;
-  Element* dq_row = static_cast<Element*>(params.dq.ptr) + binfo.q_offset(params.dq, bidb, bidh) +
-                    index_t(walk.row) * params.dq.row_stride;
-  for (int col = walk.lane * RowWalk::kElemsPerVector; col < params.head_dim;
-       col += RowWalk::kThreadsPerRow * RowWalk::kElemsPerVector) {
-    AlignedVector<float> acc = *reinterpret_cast<AlignedVector<float> const*>(accum_row + col);
-#pragma unroll
-    for (int i = 0; i < RowWalk::kElemsPerVector; ++i) acc[i] *= params.score_scale;
-    AlignedVector<Element> out;
-    static_cast<cutlass::Array<Element, RowWalk::kElemsPerVector>&>(out) =
-        cutlass::NumericArrayConverter<Element, float, RowWalk::kElemsPerVector>{}(acc);
-    *reinterpret_cast<AlignedVector<Element>*>(dq_row + col) = out;
-  }
 }
 
 }  // namespace flash_attn_cute

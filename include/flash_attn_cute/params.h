@@ -153,9 +153,9 @@ struct BwdParams : FwdParams {
   float* dsoftmax_sum_ptr = nullptr;
   // fp32 dQ accumulator (unscaled), padded: (batch, heads, seqlen_q rounded up to block_m, row),
   // or (heads, total_q + batch * block_m, row) with sequence b starting at row cu_seqlens_q[b] +
-  // b * block_m; a row is the kernel head dim and 8 floats of padding (dq_accum_row_floats,
-  // bwd_api.h). Every query row block thus owns block_m whole, contiguous rows and the kernel adds
-  // full tiles without row checks. Strides in floats.
+  // b * block_m; a row is the kernel head dim (dq_accum_row_floats, bwd_api.h). Every query row
+  // block thus owns block_m whole, contiguous rows, its tile, and the kernel adds full tiles (in
+  // fragment order) without row checks. Strides in floats.
   float* dq_accum_ptr = nullptr;
   index_t dq_accum_batch_stride = 0;  // unused in varlen mode
   index_t dq_accum_row_stride = 0;

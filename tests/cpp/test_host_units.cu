@@ -420,7 +420,7 @@ void test_bwd_tile_table() {
 // dq_accum: BlockInfo::dq_accum_offset for the padded accumulator layouts of BwdParams.
 void test_dq_accum_offset() {
   {
-    // Dense (batch 3, heads 4, seqlen_q 100 -> 128 rows, rows of 64 + 8 floats): strides 4*128*72,
+    // Dense (batch 3, heads 4, seqlen_q 100 -> 128 rows, rows of 72 floats): strides 4*128*72,
     // 128*72, 72.
     BwdParams p;
     p.seqlen_q = 100;
@@ -438,7 +438,7 @@ void test_dq_accum_offset() {
     p.batch = 4;
     p.cu_seqlens_q = cu_q;
     p.cu_seqlens_k = cu_q;
-    // (heads 2, 200 + 4 * 64 rows, rows of 128 + 8 floats)
+    // (heads 2, 200 + 4 * 64 rows, rows of 136 floats)
     p.dq_accum_row_stride = 136;
     p.dq_accum_head_stride = (200 + 4 * 64) * 136;
     p.dq_accum_varlen_pad = 64;
@@ -461,7 +461,7 @@ void test_dq_accum_offset() {
 
 // dq_fragment: the atomics path's fragment order (dq_fragment_offset) puts every value of a bwd
 // tile's dQ fragments at its own float of the row block's accumulator tile, [0, block_m * d), inside
-// the block_m padded rows the tile owns; and a warp's 32 lanes add one pair index to 64 contiguous
+// the block_m rows the tile owns; and a warp's 32 lanes add one pair index to 64 contiguous
 // floats.
 void test_dq_fragment() {
   for (int d : kFwdHeadDims) {
@@ -488,29 +488,6 @@ void test_dq_fragment() {
     for (int f = 0; f < floats; ++f) {
       CHECK_EQ(seen[f], 1, where + fmt(": float %d of the tile added %d times", f, seen[f]));
       if (seen[f] != 1) break;
-    }
-  }
-}
-
-// dq_accum_row: one warp's pair stores of the dQ MMA layout (rows r0 .. r0 + 7, columns 8 c ..
-// 8 c + 7, one float2 per lane) into the staging tile, whose rows are dq_accum_row_floats(d) floats
-// (32 four-byte banks), touch no bank more than twice: two wavefronts, the minimum. The padding
-// keeps every row 16-byte aligned (bulk copies) and is at most 8 floats.
-void test_dq_accum_row() {
-  for (int d : kFwdHeadDims) {
-    const int row_floats = dq_accum_row_floats(d);
-    CHECK(row_floats >= d && row_floats <= d + 8 && row_floats % 4 == 0, fmt("d %d: row of %d floats", d, row_floats));
-    for (int r0 = 0; r0 < 32; r0 += 8) {
-      for (int c = 0; c < d / 8; ++c) {
-        std::vector<int> bank_hits(32, 0);
-        for (int lane = 0; lane < 32; ++lane) {
-          const long word = long(r0 + lane / 4) * row_floats + 8 * c + 2 * (lane % 4);
-          ++bank_hits[word % 32];
-          ++bank_hits[(word + 1) % 32];
-        }
-        CHECK(*std::max_element(bank_hits.begin(), bank_hits.end()) <= 2,
-              fmt("d %d rows %d.. chunk %d: bank conflict", d, r0, c));
-      }
     }
   }
 }
@@ -1074,7 +1051,6 @@ const Case kCases[] = {
     {"m_block_range", test_m_block_range},
     {"bwd_tile_table", test_bwd_tile_table},
     {"dq_accum_offset", test_dq_accum_offset},
-    {"dq_accum_row", test_dq_accum_row},
     {"dq_fragment", test_dq_fragment},
     {"split_heuristic", test_split_heuristic},
     {"split_range", test_split_range},
