@@ -23,12 +23,14 @@ cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream) {
 
   auto kernel = flash_bwd_kernel<Traits, kIsCausal, kIsEvenK, kVariant>;
   // The dQ staging tile (bulk reductions) is used by the sm_90 code only (sm_80 has 164 KB of
-  // shared memory), and where it fits: the binary the device runs says which. Without it, the dQ
-  // tiles are added in fragment order, which the convert kernel undoes.
+  // shared memory), and where it fits. Without it, the dQ tiles are added in fragment order, which
+  // the convert kernel undoes. The code that runs was compiled for the virtual architecture
+  // ptxVersion (its __CUDA_ARCH__), also when the driver compiled it from PTX for a newer GPU,
+  // whose binaryVersion differs.
   cudaFuncAttributes attributes;
   err = cudaFuncGetAttributes(&attributes, kernel);
   if (err != cudaSuccess) return err;
-  const bool dq_bulk = attributes.binaryVersion >= 90 && Traits::kDQBulkReduce;
+  const bool dq_bulk = attributes.ptxVersion >= 90 && Traits::kDQBulkReduce;
   const int smem_bytes = dq_bulk ? Traits::kSmemBytes : Traits::kSmemTileBytes;
   // Head dim 256 needs more than sm_80's 164 KB: the caller reports it instead of a failed launch.
   int smem_optin = 0;

@@ -459,11 +459,52 @@ void test_dq_accum_offset() {
   }
 }
 
+// The kernel's dQ MMA partition (BwdKernelTraits<D>::TiledMmadQ), through which the main kernel adds
+// its fragments and bwd_convert_dq_fragments_kernel reads them back: every thread's fragment is
+// compact, holds its values in pairs (i, i + 1), i even, of adjacent columns (c, c + 1), c even, of
+// one row (as for_each_acc_pair assumes), and the threads' fragments cover each (row, col) of the
+// tile once.
+template <int D>
+void check_dq_fragment_partition() {
+  using Traits = BwdKernelTraits<D, cutlass::bfloat16_t>;
+  constexpr int kBlockM = Traits::kBlockM;
+  const std::string where = fmt("bwd hdim %d", D);
+  typename Traits::TiledMmadQ mma_dq;
+  auto tile_mk = Shape<Int<kBlockM>, Int<D>>{};
+  auto acc = partition_fragment_C(mma_dq, tile_mk);
+  CHECK_EQ(int(size(acc)) * Traits::kNThreads, kBlockM * D, where + ": dQ fragments do not split the tile");
+  std::vector<int> covered(kBlockM * D, 0);
+  for (int t = 0; t < Traits::kNThreads; ++t) {
+    auto coords = mma_dq.get_thread_slice(t).partition_C(make_identity_tensor(tile_mk));
+    for (int i = 0; i < size(acc); ++i) {
+      const int row = get<0>(coords(i)), col = get<1>(coords(i));
+      CHECK_EQ(int(acc.layout()(i)), i, where + ": dQ fragment not compact");
+      if (i % 2 == 1) {
+        const int row0 = get<0>(coords(i - 1)), col0 = get<1>(coords(i - 1));
+        CHECK(row0 == row && col0 % 2 == 0 && col0 + 1 == col,
+              where + fmt(": thread %d values %d, %d not adjacent columns of a row", t, i - 1, i));
+      }
+      if (row >= 0 && row < kBlockM && col >= 0 && col < D) ++covered[row * D + col];
+    }
+  }
+  for (int f = 0; f < kBlockM * D; ++f) {
+    CHECK_EQ(covered[f], 1, where + fmt(": (row %d, col %d) in %d fragments", f / D, f % D, covered[f]));
+    if (covered[f] != 1) break;
+  }
+}
+
 // dq_fragment: the atomics path's fragment order (dq_fragment_offset) puts every value of a bwd
 // tile's dQ fragments at its own float of the row block's accumulator tile, [0, block_m * d), inside
-// the block_m padded rows the tile owns; and a warp's 32 lanes add one pair index to 64 contiguous
-// floats.
+// the block_m padded rows the tile owns; a warp's 32 lanes add one pair index to 64 contiguous
+// floats; and the dQ MMA partition holds the pairs the way both kernels use them.
 void test_dq_fragment() {
+  check_dq_fragment_partition<32>();
+  check_dq_fragment_partition<64>();
+  check_dq_fragment_partition<96>();
+  check_dq_fragment_partition<128>();
+  check_dq_fragment_partition<192>();
+  check_dq_fragment_partition<256>();
+  static_assert(sizeof(kFwdHeadDims) / sizeof(int) == 6, "check_dq_fragment_partition covers every kernel head dim");
   for (int d : kFwdHeadDims) {
     const BwdTileShape t = bwd_tile_shape(d);
     const int threads = 32 * t.n_warps;
