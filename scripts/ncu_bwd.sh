@@ -2,18 +2,19 @@
 # Profiles one backward shape with Nsight Compute: flash_attn_cute's main kernel and torch's FA2
 # backward kernel side by side. Needs an installed flash_attn_cute (scripts/gpu_check.sh).
 #   usage: bash scripts/ncu_bwd.sh [hdim] [seqlen] [causal 0/1]   (writes $OUT/ncu_bwd.txt)
+#   DETERMINISTIC=1: profile flash_attn_cute's deterministic backward (FA2's is the default one).
 #   SOURCE=1: instead, the warp-stall samples of every SASS instruction of both kernels
 #   ($OUT/ncu_bwd_source_<hdim>.csv.gz; scripts/sass_stalls.py sums them per stall reason and opcode).
 set -uo pipefail
 OUT=${OUT:-/tmp/flash_attn_cute_out}
-hdim=${1:-128} seqlen=${2:-8192} causal=${3:-0}
+hdim=${1:-128} seqlen=${2:-8192} causal=${3:-0} deterministic=${DETERMINISTIC:-0}
 cat > /tmp/ncu_bwd_case.py <<PY
 import torch, torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import flash_attn_cute as fac
 b, s, h, d, causal = 16384 // $seqlen, $seqlen, 2048 // $hdim, $hdim, bool($causal)
 q, k, v, do = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(4))
-out = fac.flash_attn_func(q, k, v, causal=causal)
+out = fac.flash_attn_func(q, k, v, causal=causal, deterministic=bool($deterministic))
 torch.autograd.grad(out, (q, k, v), do)
 qt, kt, vt = (x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v))
 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
