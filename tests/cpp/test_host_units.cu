@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -459,22 +460,49 @@ void test_dq_accum_offset() {
   }
 }
 
-// The kernel's dQ MMA partition (BwdKernelTraits<D>::TiledMmadQ), through which the main kernel adds
-// its fragments and bwd_convert_dq_fragments_kernel reads them back: every thread's fragment is
-// compact, holds its values in pairs (i, i + 1), i even, of adjacent columns (c, c + 1), c even, of
-// one row (as for_each_acc_pair assumes), and the threads' fragments cover each (row, col) of the
-// tile once.
+// dq_fragment, for one kernel head dim D: the atomics path's fragment order (dq_fragment_offset)
+// puts every value of the tile's dQ fragments at its own float of the row block's accumulator tile,
+// [0, block_m * D), the block_m rows the tile owns, and a warp's 32 lanes add one pair
+// index to 64 contiguous floats. The kernel's dQ MMA partition (TiledMmadQ), through which the main
+// kernel adds its fragments and bwd_convert_dq_fragments_kernel reads them back: every thread's
+// fragment is compact, holds its values in pairs (i, i + 1), i even, of adjacent columns (c, c + 1),
+// c even, of one row (as for_each_acc_pair assumes), and the threads' fragments cover each
+// (row, col) of the tile once.
 template <int D>
-void check_dq_fragment_partition() {
+void check_dq_fragment() {
   using Traits = BwdKernelTraits<D, cutlass::bfloat16_t>;
   constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kThreads = Traits::kNThreads;
+  constexpr int kFloats = kBlockM * D;
   const std::string where = fmt("bwd hdim %d", D);
+
+  CHECK(kFloats % (2 * kThreads) == 0, where + ": dQ tile not a whole number of pairs per thread");
+  CHECK(kFloats <= kBlockM * dq_accum_row_floats(D), where + ": fragment order overflows the tile's rows");
+  std::vector<int> seen(kFloats, 0);
+  for (int pair = 0; pair < kFloats / (2 * kThreads); ++pair) {
+    for (int warp = 0; warp < Traits::kNWarps; ++warp) {
+      const int first = dq_fragment_offset(pair, 32 * warp, kThreads);
+      for (int lane = 0; lane < 32; ++lane) {
+        const int offset = dq_fragment_offset(pair, 32 * warp + lane, kThreads);
+        CHECK_EQ(offset, first + 2 * lane, where + fmt(": pair %d warp %d lane %d not contiguous", pair, warp, lane));
+        if (offset >= 0 && offset + 1 < kFloats) {
+          ++seen[offset];
+          ++seen[offset + 1];
+        }
+      }
+    }
+  }
+  for (int f = 0; f < kFloats; ++f) {
+    CHECK_EQ(seen[f], 1, where + fmt(": float %d of the tile added %d times", f, seen[f]));
+    if (seen[f] != 1) break;
+  }
+
   typename Traits::TiledMmadQ mma_dq;
   auto tile_mk = Shape<Int<kBlockM>, Int<D>>{};
   auto acc = partition_fragment_C(mma_dq, tile_mk);
-  CHECK_EQ(int(size(acc)) * Traits::kNThreads, kBlockM * D, where + ": dQ fragments do not split the tile");
-  std::vector<int> covered(kBlockM * D, 0);
-  for (int t = 0; t < Traits::kNThreads; ++t) {
+  CHECK_EQ(int(size(acc)) * kThreads, kFloats, where + ": dQ fragments do not split the tile");
+  std::vector<int> covered(kFloats, 0);
+  for (int t = 0; t < kThreads; ++t) {
     auto coords = mma_dq.get_thread_slice(t).partition_C(make_identity_tensor(tile_mk));
     for (int i = 0; i < size(acc); ++i) {
       const int row = get<0>(coords(i)), col = get<1>(coords(i));
@@ -487,51 +515,18 @@ void check_dq_fragment_partition() {
       if (row >= 0 && row < kBlockM && col >= 0 && col < D) ++covered[row * D + col];
     }
   }
-  for (int f = 0; f < kBlockM * D; ++f) {
+  for (int f = 0; f < kFloats; ++f) {
     CHECK_EQ(covered[f], 1, where + fmt(": (row %d, col %d) in %d fragments", f / D, f % D, covered[f]));
     if (covered[f] != 1) break;
   }
 }
 
-// dq_fragment: the fragment order (dq_fragment_offset) puts every value of a bwd tile's dQ
-// fragments at its own float of the row block's accumulator tile, [0, block_m * d), the block_m
-// rows the tile owns; a warp's 32 lanes add one pair index to 64 contiguous floats; and the dQ MMA
-// partition holds the pairs the way both kernels use them.
-void test_dq_fragment() {
-  check_dq_fragment_partition<32>();
-  check_dq_fragment_partition<64>();
-  check_dq_fragment_partition<96>();
-  check_dq_fragment_partition<128>();
-  check_dq_fragment_partition<192>();
-  check_dq_fragment_partition<256>();
-  static_assert(sizeof(kFwdHeadDims) / sizeof(int) == 6, "check_dq_fragment_partition covers every kernel head dim");
-  for (int d : kFwdHeadDims) {
-    const BwdTileShape t = bwd_tile_shape(d);
-    const int threads = 32 * t.n_warps;
-    const int floats = t.block_m * d;
-    const std::string where = fmt("bwd hdim %d", d);
-    CHECK(floats % (2 * threads) == 0, where + ": dQ tile not a whole number of pairs per thread");
-    CHECK(floats <= t.block_m * dq_accum_row_floats(d), where + ": fragment order overflows the tile's rows");
-    std::vector<int> seen(floats, 0);
-    for (int pair = 0; pair < floats / (2 * threads); ++pair) {
-      for (int warp = 0; warp < t.n_warps; ++warp) {
-        const int first = dq_fragment_offset(pair, 32 * warp, threads);
-        for (int lane = 0; lane < 32; ++lane) {
-          const int offset = dq_fragment_offset(pair, 32 * warp + lane, threads);
-          CHECK_EQ(offset, first + 2 * lane, where + fmt(": pair %d warp %d lane %d not contiguous", pair, warp, lane));
-          if (offset >= 0 && offset + 1 < floats) {
-            ++seen[offset];
-            ++seen[offset + 1];
-          }
-        }
-      }
-    }
-    for (int f = 0; f < floats; ++f) {
-      CHECK_EQ(seen[f], 1, where + fmt(": float %d of the tile added %d times", f, seen[f]));
-      if (seen[f] != 1) break;
-    }
-  }
+template <size_t... I>
+void check_dq_fragments(std::index_sequence<I...>) {
+  (check_dq_fragment<kFwdHeadDims[I]>(), ...);
 }
+
+void test_dq_fragment() { check_dq_fragments(std::make_index_sequence<std::size(kFwdHeadDims)>{}); }
 
 // ----------------------------------------------------------------------------------------------
 // split_kv: the split heuristic, the key blocks of each split, and the combine math.
