@@ -106,9 +106,10 @@ __device__ __forceinline__ void write_kv_tile(TiledMma const& tiled_mma, TensorA
       tiled_mma, convert_type<Element>(acc), sTmp, gOut, rows_left, head_dim, tidx);
 }
 
-// dQ = score_scale * dQ accumulator, from tiles added in fragment order (DqAccumulator). grid (ceil_div(seqlen_q, kBlockM), batch, heads), Traits::kNThreads threads: thread t
-// reads back the pairs its namesake added in the main kernel and learns their (row, col) from the
-// same dQ MMA partition.
+// dQ = score_scale * dQ accumulator, from tiles added in fragment order (DqAccumulator). grid
+// (ceil_div(seqlen_q, kBlockM), batch, heads), Traits::kNThreads threads: thread t reads back the
+// pairs its namesake added in the main kernel and learns their (row, col) from the same dQ MMA
+// partition.
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kNThreads)
     bwd_convert_dq_fragments_kernel(__grid_constant__ const BwdParams params) {
