@@ -57,8 +57,8 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   const int64_t accum_cols = dq_accum_row_floats(kernel_head_dim);
   at::Tensor dq_accum = p.varlen ? at::zeros({p.heads, accum_rows, accum_cols}, f32)
                                  : at::zeros({p.batch, p.heads, accum_rows, accum_cols}, f32);
-  at::Tensor dq_semaphore;
-  if (deterministic) dq_semaphore = at::zeros({p.batch, p.heads, m_blocks}, q.options().dtype(at::kInt));
+  at::Tensor dq_semaphore;  // seeded by the preprocess kernel
+  if (deterministic) dq_semaphore = at::empty({p.batch, p.heads, m_blocks}, q.options().dtype(at::kInt));
 
   BwdParams params;
   fill_params(params, p, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal);
@@ -78,6 +78,7 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   params.dq_accum_varlen_pad = p.varlen ? block_m : 0;
   params.deterministic = deterministic;
   params.dq_semaphore = deterministic ? dq_semaphore.data_ptr<int>() : nullptr;
+  params.dq_rotate = bwd_dq_rotate(deterministic, causal, params.window, n_blocks, params.num_sms);
   const cudaError_t err = run_bwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
   if (err == cudaErrorLaunchOutOfResources) {
     int smem_optin = 0;

@@ -4,6 +4,7 @@ Accuracy rule, for each of dq, dk, dv (the forward's rule): max |g - g_ref32| <=
 g_ref32| + 1e-5, where g_ref32 is autograd through the float32 reference and g_lowp through the same
 math in the input dtype.
 """
+import itertools
 import math
 
 import pytest
@@ -138,16 +139,25 @@ def test_bwd_custom_softmax_scale():
     _check_grads(grads, _dense_ref(False, 0.37), (q, k, v), dout)
 
 
+# (seqlen_q, seqlen_k), head dim 128 (64-row, 128-key blocks). Not causal, deterministic: 1000 and 3000
+# take the rotated dQ order (8 and 24 key blocks, all resident); 300 x 2000 has more key blocks than
+# row blocks and keeps the order from the first key block up, in the same grid; 9000 has more key
+# blocks than half the SMs and walks in key-block-major order.
+RACE_SEQLENS = [(1000, 1000), (3000, 3000), (300, 2000), (2000, 300), (9000, 9000)]
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("heads", [(8, 8), (8, 1)], ids=["mha", "mqa"])
-@pytest.mark.parametrize("seqlen", [1000, 3000])
-def test_bwd_race_free_and_deterministic(causal, heads, seqlen):
-    """dk, dv are bitwise reproducible always; dq too with deterministic=True (3000 keys: 24 key
-    blocks hand each dQ row block on in turn)."""
-    (nheads, nheads_k), n = heads, 10
-    q = _randn(2, seqlen, nheads, 128, dtype=torch.bfloat16)
-    k, v = (_randn(2, seqlen, nheads_k, 128, dtype=torch.bfloat16) for _ in range(2))
-    dout = _randn(2, seqlen, nheads, 128, dtype=torch.bfloat16)
+@pytest.mark.parametrize("seqlens", RACE_SEQLENS, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_bwd_race_free_and_deterministic(causal, heads, seqlens):
+    """dk, dv are bitwise reproducible always; dq too with deterministic=True, in every dQ order."""
+    (nheads, nheads_k), (seqlen_q, seqlen_k), n = heads, seqlens, 10
+    batch = 2 if seqlen_q < 9000 else 1  # the float32 reference holds seqlen_q * seqlen_k per head
+    if seqlen_q >= 9000:
+        nheads, nheads_k = nheads // 4, max(1, nheads_k // 4)
+    q = _randn(batch, seqlen_q, nheads, 128, dtype=torch.bfloat16)
+    k, v = (_randn(batch, seqlen_k, nheads_k, 128, dtype=torch.bfloat16) for _ in range(2))
+    dout = _randn(batch, seqlen_q, nheads, 128, dtype=torch.bfloat16)
     out, lse = fac.fwd(q, k, v, causal=causal)
     runs = [fac.bwd(dout, q, k, v, out, lse, causal=causal) for _ in range(n)]
     det = [fac.bwd(dout, q, k, v, out, lse, causal=causal, deterministic=True) for _ in range(n)]
@@ -156,6 +166,25 @@ def test_bwd_race_free_and_deterministic(causal, heads, seqlen):
     for dq, dk, dv in det[1:]:
         assert torch.equal(dq, det[0][0]) and torch.equal(dk, det[0][1]) and torch.equal(dv, det[0][2])
     _check_grads(det[0], _dense_ref(causal), (q, k, v), dout)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_deterministic(causal):
+    """Varlen sequences with more and fewer key blocks than row blocks, an empty one, in one call:
+    each takes its own dQ order; dq is bitwise reproducible and right."""
+    seqlens_q, seqlens_k = [1000, 0, 300, 2000, 17], [1000, 5, 2000, 300, 900]
+    cu_q, cu_k = (torch.tensor([0, *itertools.accumulate(s)], device="cuda", dtype=torch.int32)
+                  for s in (seqlens_q, seqlens_k))
+    q, dout = (_randn(sum(seqlens_q), 4, 128, dtype=torch.bfloat16) for _ in range(2))
+    k, v = (_randn(sum(seqlens_k), 2, 128, dtype=torch.bfloat16) for _ in range(2))
+    kw = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(seqlens_q), max_seqlen_k=max(seqlens_k),
+              causal=causal)
+    out, lse = fac.fwd(q, k, v, **kw)
+    det = [fac.bwd(dout, q, k, v, out, lse, deterministic=True, **kw) for _ in range(5)]
+    for grads in det[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(grads, det[0]))
+    ref = lambda q, k, v, **kw: attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal, **kw)[0]  # noqa: E731
+    _check_grads(det[0], ref, (q, k, v), dout)
 
 
 def test_packed_gradients():

@@ -166,4 +166,35 @@ FLASH_HOST_DEVICE constexpr MBlockRange bwd_m_block_range(int n_block, int block
   return {m_block_min, m_block_max, full_lo - m_block_min, full_hi};
 }
 
+// The deterministic backward's dQ order. Each query row block takes the dQ tiles of the key blocks
+// that visit it one at a time: its counter (BwdParams::dq_semaphore) holds the key block whose turn
+// it is, seeded with dq_first_key_block by the preprocess kernel, and each key block, once its tile
+// is added, hands the turn to dq_next_key_block, the same for all its row blocks.
+// Rotated (BwdParams::dq_rotate; not causal, no window, no more key blocks than row blocks): key
+// block n of n_count starts at the n-th row block from the last and walks down, wrapping around,
+// one row block per step (bwd_kernel.h), so it reaches the row block `from_last` blocks from the
+// last at step (from_last - n) mod (row blocks). The order is that of those steps: key block
+// min(from_last, n_count - 1) first, then downwards, wrapping around to n_count - 1. Otherwise the
+// key blocks that visit a row block (a contiguous range) go from the first up; every key block
+// walks down from its last row block, which does not fall as the key block rises.
+// Either way, when the key blocks of a head run in step no key block waits for another in the
+// steady state, and a key block only waits for the key blocks before it in launch order
+// (rotated: for those of its head, which must all be resident).
+FLASH_HOST_DEVICE constexpr bool dq_rotated(bool dq_rotate, Window window, int n_count, int m_count) {
+  return dq_rotate && window.left < 0 && window.right < 0 && n_count <= m_count;
+}
+
+FLASH_HOST_DEVICE constexpr int dq_first_key_block(int m_block, int block_m, int block_n, int seqlen_q, int seqlen_k,
+                                                   Window window, bool dq_rotate) {
+  const int m_count = ceil_div(seqlen_q, block_m);
+  const int n_count = ceil_div(seqlen_k, block_n);
+  if (dq_rotated(dq_rotate, window, n_count, m_count)) return min_int(m_count - 1 - m_block, n_count - 1);
+  return fwd_n_block_range(m_block, block_m, block_n, seqlen_q, seqlen_k, window).n_block_min;
+}
+
+FLASH_HOST_DEVICE constexpr int dq_next_key_block(int n_block, int n_count, bool rotated) {
+  if (!rotated) return n_block + 1;
+  return n_block == 0 ? n_count - 1 : n_block - 1;
+}
+
 }  // namespace flash_attn_cute

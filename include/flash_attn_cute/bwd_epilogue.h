@@ -43,33 +43,38 @@ __device__ __forceinline__ void wait_for(int const* semaphore, int value) {
 // backward vs FA2: 1.10x and 1.15x at head dims 64 and 128, against 1.02x and 1.10x with one sm_90
 // bulk reduction per warp from a shared-memory staging tile; 1.06x at 256, against 0.92x with the
 // atomics in the MMA layout's rows.)
-// Deterministic (a semaphore per (batch, head, row block)): a tile is added once the key blocks
-// before it in the row block's order have added theirs, and the turn is handed on at the next
-// CTA-wide barrier, when every thread's additions are done, so that no thread waits for its own.
-// The semaphore to hand on lives in shared memory (thread 0 writes and reads it): registers are
-// what the backward is short of.
+// Deterministic (a counter per (batch, head, row block) that holds the key block whose turn it is,
+// block_info.h): a tile is added once the row block's counter names this CTA's key block, and the
+// turn is handed on at the next CTA-wide barrier, when every thread's additions are done, so that
+// no thread waits for its own. What to hand on lives in shared memory (thread 0 writes and reads
+// it): registers are what the backward is short of, and the order costs none in the main loop.
+struct DqHandOn {
+  int* pending;  // the counter of the tile added since the last barrier, or nullptr
+  int next;      // the key block it passes the turn to (dq_next_key_block)
+};
+
 template <int kBlockM, int kHeadDim, int kNWarps>
 struct DqAccumulator {
   static constexpr int kThreads = 32 * kNWarps;
-  int** pending;  // in shared memory: the semaphore of the tile added since the last barrier, or nullptr
+  DqHandOn* hand_on;  // in shared memory
 
-  // Before the first barrier.
-  __device__ __forceinline__ void init() {
-    if (threadIdx.x == 0) *pending = nullptr;
+  // Before the first barrier. next: the key block each of this CTA's tiles hands the turn to.
+  __device__ __forceinline__ void init(int next) {
+    if (threadIdx.x == 0) *hand_on = DqHandOn{nullptr, next};
   }
 
   // tdQrdQ: (MMA, MMA_M, MMA_K) accumulator. gdQaccum: the tile's first float, all rows existing
-  // (rows past seqlen_q add 0). semaphore: nullptr, or the row block's counter, which reads `turn`
+  // (rows past seqlen_q add 0). semaphore: nullptr, or the row block's counter, which reads n_block
   // when this CTA's tile is next. A barrier() has passed since the last add.
   template <class TensorAcc>
-  __device__ __forceinline__ void add(TensorAcc const& tdQrdQ, float* gdQaccum, int* semaphore, int turn) {
+  __device__ __forceinline__ void add(TensorAcc const& tdQrdQ, float* gdQaccum, int* semaphore, int n_block) {
     if (semaphore != nullptr) {
-      if (threadIdx.x == 0) wait_for(semaphore, turn);
+      if (threadIdx.x == 0) wait_for(semaphore, n_block);
       __syncthreads();
     }
 #pragma unroll
     for (int i = 0; i < size(tdQrdQ); i += 2) atomic_add_pair(fragment_pair(gdQaccum, i), tdQrdQ(i), tdQrdQ(i + 1));
-    if (threadIdx.x == 0) *pending = semaphore;
+    if (threadIdx.x == 0) hand_on->pending = semaphore;
   }
 
   // Where the pair (i, i + 1) (i even) of this thread's fragment lives in the accumulator tile that
@@ -81,13 +86,13 @@ struct DqAccumulator {
 
   // A CTA-wide barrier (__syncthreads) that hands on the turn of a tile added before it: every
   // thread's additions happen before thread 0's release (the barrier orders them, the fence is
-  // cumulative), so the next key block's CTA sees them all once it sees the count.
+  // cumulative), so the next key block's CTA sees them all once it sees its turn.
   __device__ __forceinline__ void barrier() {
     __syncthreads();
-    if (threadIdx.x == 0 && *pending != nullptr) {
+    if (threadIdx.x == 0 && hand_on->pending != nullptr) {
       __threadfence();
-      atomicAdd(*pending, 1);
-      *pending = nullptr;
+      atomicExch(hand_on->pending, hand_on->next);
+      hand_on->pending = nullptr;
     }
   }
 };

@@ -47,6 +47,9 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   const index_t n_start = index_t(n_block) * kBlockN;
   const int keys_left = binfo.seqlen_k - int(n_start);
   const int m_blocks_total = ceil_div(params.seqlen_q, kBlockM);
+  // Deterministic: the rotated walk below and the dQ order that goes with it (block_info.h).
+  const int n_count = ceil_div(binfo.seqlen_k, kBlockN);
+  const bool rotated = dq_rotated(params.dq_rotate, window, n_count, ceil_div(binfo.seqlen_q, kBlockM));
 
   auto tile_nk = Shape<Int<kBlockN>, Int<kHeadDim>>{};
   auto tile_mk = Shape<Int<kBlockM>, Int<kHeadDim>>{};
@@ -68,8 +71,8 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});               // (kBlockN, kHeadDim)
   Tensor sP = make_tensor(sV.data() + size(sV), typename Traits::SmemLayoutPdS{});              // (kBlockM, kBlockN)
   Tensor sdS = make_tensor(sP.data() + size(sP), typename Traits::SmemLayoutPdS{});             // (kBlockM, kBlockN)
-  DqAccumulator<kBlockM, kHeadDim, Traits::kNWarps> dq_accum{reinterpret_cast<int**>(smem + Traits::kSmemDQPendingOffset)};
-  dq_accum.init();
+  DqAccumulator<kBlockM, kHeadDim, Traits::kNWarps> dq_accum{reinterpret_cast<DqHandOn*>(smem + Traits::kSmemDQHandOnOffset)};
+  dq_accum.init(dq_next_key_block(n_block, n_count, rotated));
   Tensor sQt = make_tensor(sQ.data(), typename Traits::SmemLayoutQt{});                         // (kHeadDim, kBlockM)
   Tensor sdOt = make_tensor(sdO.data(), typename Traits::SmemLayoutQt{});                       // (kHeadDim, kBlockM)
   Tensor sKt = make_tensor(sK.data(), typename Traits::SmemLayoutKt{});                         // (kHeadDim, kBlockN)
@@ -243,13 +246,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
                          : nullptr;
     float* gdQaccum = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
                       m_start * params.dq_accum_row_stride;
-    // Deterministic order: the key blocks that visit this row block, from its first one up.
-    const int dq_order =
-        semaphore == nullptr || window.left < 0
-            ? n_block
-            : n_block - fwd_n_block_range(m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window)
-                            .n_block_min;
-    dq_accum.add(acc_dq, gdQaccum, semaphore, dq_order);
+    dq_accum.add(acc_dq, gdQaccum, semaphore, n_block);
     gemm_ss(mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, in_slot(tdKsQt, slot, kSlot), copy_dkv_A, copy_dkv_B, tidx);
   };
 
@@ -260,20 +257,30 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
                                    params.head_dim);
     copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, tVgV, gmem_thr_copy.partition_D(sV), tKVcKV, keys_left,
                                    params.head_dim);
-    // Every CTA walks its row blocks upwards, so the CTAs of one head read the same Q and dO tiles
-    // at about the same time, from L2. (Starting each CTA's walk at a different row block, to spread
-    // the dQ additions, measured 2-3 % slower on H200: head dim 64 non-causal, 256 causal.)
+    // Every CTA walks its row blocks downwards from the last one, so the CTAs of one head read the
+    // same Q and dO tiles at about the same time, from L2, causal or not, and key block n reaches
+    // each row block no later than key block n + 1 (the deterministic order). (Starting each CTA's
+    // walk at a different row block, to spread the dQ additions, measured 2-3 % slower on H200:
+    // head dim 64 non-causal, 256 causal.) The rotated walk starts key block n at the n-th row block
+    // from the last and wraps around: no two key blocks of a head are at one row block at once.
+    // The i-th row block from the last, rotated down by n_block when rotated (worked out each step
+    // from registers the loop holds anyway: one more live register spills the head dim 64 kernel).
+    auto row_block = [&](int i) {
+      const int m_block = range.m_block_max - 1 - i - (rotated ? n_block : 0);
+      return m_block < range.m_block_min ? m_block + (range.m_block_max - range.m_block_min) : m_block;
+    };
     const int bidh_begin = bidh_kv * group;
     const int bidh_end = bidh_begin + group;
-    load_q_lse_d(bidh_begin, range.m_block_min, 0);
-    load_do(bidh_begin, range.m_block_min, 0);
+    load_q_lse_d(bidh_begin, row_block(0), 0);
+    load_do(bidh_begin, row_block(0), 0);
     int slot = 0;
     for (int bidh = bidh_begin; bidh < bidh_end; ++bidh) {
-      for (int m_block = range.m_block_min; m_block < range.m_block_max; ++m_block, slot ^= 1) {
-        const bool last_of_head = m_block + 1 == range.m_block_max;
+      for (int i = 0; i < range.m_block_max - range.m_block_min; ++i, slot ^= 1) {
+        const int m_block = row_block(i);
+        const bool last_of_head = i + 1 == range.m_block_max - range.m_block_min;
         const bool has_next = !last_of_head || bidh + 1 < bidh_end;
         const int next_bidh = last_of_head ? bidh + 1 : bidh;
-        const int next_m_block = last_of_head ? range.m_block_min : m_block + 1;
+        const int next_m_block = row_block(last_of_head ? 0 : i + 1);
         if (range.is_masked(m_block)) {
           bwd_step(bidh, m_block, slot, cute::true_type{}, has_next, next_bidh, next_m_block);
         } else {
@@ -296,15 +303,16 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
 // (measured on H200, hdim 128 causal: +7 % at 8k tokens, GQA 8:1 +50 %); and when deterministic, the
 // CTAs of key block n - 1, whose dQ tiles come first, launch before those of n. Otherwise
 // (key blocks, batch, KV heads): the CTAs of one head run together and share Q and dO in L2
-// (non-causal: 10 % faster than key-block-major at 2k tokens).
-FLASH_HOST_DEVICE constexpr bool bwd_grid_key_block_major(bool is_causal, bool deterministic) {
-  return is_causal || deterministic;
+// (non-causal: 10 % faster than key-block-major at 2k tokens), which the rotated deterministic
+// order needs (BwdParams::dq_rotate).
+FLASH_HOST_DEVICE constexpr bool bwd_grid_key_block_major(bool is_causal, bool deterministic, bool dq_rotate) {
+  return is_causal || (deterministic && !dq_rotate);
 }
 
 template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_kernel(__grid_constant__ const BwdParams params) {
   extern __shared__ __align__(128) char smem[];
-  const bool key_block_major = bwd_grid_key_block_major(Is_causal, params.deterministic);
+  const bool key_block_major = bwd_grid_key_block_major(Is_causal, params.deterministic, params.dq_rotate);
   const int n_block = key_block_major ? blockIdx.z : blockIdx.x;
   const int bidh_kv = key_block_major ? blockIdx.x : blockIdx.z;
   bwd_col_block<Traits, Is_causal, Is_even_K, kVariant>(params, smem, n_block, blockIdx.y, bidh_kv);

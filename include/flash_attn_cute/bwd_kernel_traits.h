@@ -69,13 +69,13 @@ struct BwdKernelTraits {
 
   // Shared memory, in this order: Q x 2, dO x 2 (the next row block loads while this one runs),
   // K, V, P, dS, then the fp32 LSE and D of the row block x 2 (they load with its Q and dO) and
-  // DqAccumulator's pending semaphore. The dK / dV epilogue reuses K and V.
+  // DqAccumulator's hand-on slots (DqHandOn). The dK / dV epilogue reuses K and V.
   static constexpr int kSmemQElems = cosize_v<SmemLayoutQ>;
   static constexpr int kSmemKVElems = cosize_v<SmemLayoutKV>;
   static constexpr int kSmemPdSElems = cosize_v<SmemLayoutPdS>;
   static constexpr int kSmemLseDOffset = (4 * kSmemQElems + 2 * kSmemKVElems + 2 * kSmemPdSElems) * sizeof(Element);
-  static constexpr int kSmemDQPendingOffset = kSmemLseDOffset + 2 * 2 * kBlockM * int(sizeof(float));
-  static constexpr int kSmemBytes = kSmemDQPendingOffset + int(sizeof(int*));
+  static constexpr int kSmemDQHandOnOffset = kSmemLseDOffset + 2 * 2 * kBlockM * int(sizeof(float));
+  static constexpr int kSmemBytes = kSmemDQHandOnOffset + 2 * int(sizeof(int*));
   static_assert(kSmemBytes <= 227 * 1024, "backward tiles exceed the shared memory of one SM");
   static_assert(2 * kBlockM <= kNThreads, "one thread per row loads its LSE, one its D");
 

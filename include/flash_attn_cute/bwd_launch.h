@@ -18,7 +18,7 @@ template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVa
 cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream) {
   using Element = typename ElementOf<kDType>::type;
   using Traits = BwdKernelTraits<kHeadDim, Element>;
-  cudaError_t err = run_row_kernel(bwd_dot_do_o_kernel<Element>, params, stream);
+  cudaError_t err = run_row_kernel(bwd_dot_do_o_kernel<Element, Traits::kBlockM, Traits::kBlockN>, params, stream);
   if (err != cudaSuccess) return err;
 
   auto kernel = flash_bwd_kernel<Traits, kIsCausal, kIsEvenK, kVariant>;
@@ -30,7 +30,7 @@ cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream) {
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int n_blocks = ceil_div(params.seqlen_k, Traits::kBlockN);
-  const dim3 grid = bwd_grid_key_block_major(kIsCausal, params.deterministic)
+  const dim3 grid = bwd_grid_key_block_major(kIsCausal, params.deterministic, params.dq_rotate)
                         ? dim3(params.heads_k, params.batch, n_blocks)
                         : dim3(n_blocks, params.batch, params.heads_k);
   kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(params);

@@ -1,4 +1,5 @@
-// The backward's preprocessing: D = rowsum(dO * O), a memory-bound row walk (row_walk.h). (The dQ
+// The backward's preprocessing: D = rowsum(dO * O), a memory-bound row walk (row_walk.h), and the
+// seeds of the deterministic dQ order. (The dQ
 // accumulator -> dQ conversion after the main kernel reads its tiles in fragment order:
 // bwd_epilogue.h.)
 #pragma once
@@ -12,13 +13,19 @@
 
 namespace flash_attn_cute {
 
-// grid (ceil_div(seqlen_q, kRowsPerCta), batch, heads)
-template <class Element>
+// grid (ceil_div(seqlen_q, kRowsPerCta), batch, heads). kBlockM, kBlockN: the main kernel's tile.
+template <class Element, int kBlockM, int kBlockN>
 __global__ void __launch_bounds__(RowWalk::kThreads) bwd_dot_do_o_kernel(__grid_constant__ const BwdParams params) {
   const RowWalk walk;
   const int bidb = blockIdx.y, bidh = blockIdx.z;
   const BlockInfo binfo(params, bidb);
   if (walk.row >= binfo.seqlen_q) return;  // whole row groups leave together: the shuffles stay full
+  if (params.dq_semaphore != nullptr && walk.row % kBlockM == 0 && walk.lane == 0) {
+    // Deterministic: the key block whose dQ tile this query row block takes first (block_info.h).
+    const int m_block = walk.row / kBlockM;
+    params.dq_semaphore[(index_t(bidb) * params.heads + bidh) * ceil_div(params.seqlen_q, kBlockM) + m_block] =
+        dq_first_key_block(m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, params.window, params.dq_rotate);
+  }
   auto row_ptr = [&](TensorView const& t) {
     return static_cast<Element const*>(t.ptr) + binfo.q_offset(t, bidb, bidh) + index_t(walk.row) * t.row_stride;
   };

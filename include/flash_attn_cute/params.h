@@ -162,10 +162,16 @@ struct BwdParams : FwdParams {
   index_t dq_accum_head_stride = 0;
   int dq_accum_varlen_pad = 0;  // rows added before each sequence in varlen mode: b * pad
 
-  // deterministic: dQ tiles are added in key-block order, ordered by one int32 counter per
-  // (batch, head, query row block), zeroed by the caller. dK and dV are always deterministic.
+  // deterministic: each query row block takes its dQ tiles in a fixed order of key blocks
+  // (block_info.h), kept by one int32 counter per (batch, head, query row block) that the
+  // preprocess kernel seeds. dK and dV are always deterministic.
   bool deterministic = false;
   int* dq_semaphore = nullptr;  // (batch, heads, ceil_div(seqlen_q, block_m))
+  // Deterministic, not causal and no window, with the key blocks of a head few enough to run at
+  // once (bwd_dq_rotate, bwd_api.h): where a sequence has no more key blocks than row blocks, the
+  // key blocks walk their row blocks rotated and each row block takes their dQ tiles in the order
+  // they reach it (dq_rotated, block_info.h), so none waits for another in the steady state.
+  bool dq_rotate = false;
 };
 
 }  // namespace flash_attn_cute

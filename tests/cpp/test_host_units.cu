@@ -399,6 +399,98 @@ void test_m_block_range() {
   if (n_bad == 0) ++g_passed;
 }
 
+// dq_order: the deterministic backward's dQ order (block_info.h), with the walks of bwd_kernel.h.
+// Rotated: with every key block of a head starting together and taking one row block per step, a
+// key block must find its turn at every row block it reaches (no wait), and each row block must
+// take every key block once. Otherwise each row block's chain, from dq_first_key_block along
+// dq_next_key_block, must be exactly the key blocks that visit it, ascending, and key block n must
+// start its downward walk no lower than key block n - 1, so that in step it never waits either.
+bool check_rotated_order(int m_count, int n_count) {
+  const int block_m = 64, block_n = 128, seqlen_q = m_count * block_m - 5, seqlen_k = n_count * block_n - 3;
+  const std::string where = fmt("rotated dQ order, %d key blocks, %d row blocks: ", n_count, m_count);
+  if (!dq_rotated(true, Window{}, n_count, m_count)) {
+    CHECK(false, where + "not rotated");
+    return false;
+  }
+  std::vector<int> turn(m_count), visits(m_count, 0), m_block(n_count);
+  for (int m = 0; m < m_count; ++m) turn[m] = dq_first_key_block(m, block_m, block_n, seqlen_q, seqlen_k, Window{}, true);
+  for (int n = 0; n < n_count; ++n) m_block[n] = m_count - 1 - n;  // bwd_kernel.h's m_first
+  for (int step = 0; step < m_count; ++step) {
+    for (int n = 0; n < n_count; ++n) {
+      if (turn[m_block[n]] != n) {
+        CHECK(false, where + fmt("key block %d waits at row block %d in step %d (turn of %d)", n, m_block[n], step,
+                                 turn[m_block[n]]));
+        return false;
+      }
+    }
+    for (int n = 0; n < n_count; ++n) {  // hand on at the next barrier; then the next row block down
+      turn[m_block[n]] = dq_next_key_block(n, n_count, true);
+      ++visits[m_block[n]];
+      m_block[n] = m_block[n] == 0 ? m_count - 1 : m_block[n] - 1;
+    }
+  }
+  for (int m = 0; m < m_count; ++m) {
+    if (visits[m] != n_count) {
+      CHECK(false, where + fmt("row block %d visited %d times", m, visits[m]));
+      return false;
+    }
+  }
+  return true;
+}
+
+bool check_ascending_order(int block_m, int block_n, int sq, int sk, Window w, bool dq_rotate) {
+  const std::string where = fmt("dQ order, seqlen_q %d, seqlen_k %d, tiles %d x %d, ", sq, sk, block_m, block_n) +
+                            window_str(w) + (dq_rotate ? ", rotate asked: " : ": ");
+  const int m_count = ceil_div(sq, block_m), n_count = ceil_div(sk, block_n);
+  if (dq_rotated(dq_rotate, w, n_count, m_count)) return true;  // check_rotated_order's case
+  for (int m = 0; m < m_count; ++m) {
+    int n = dq_first_key_block(m, block_m, block_n, sq, sk, w, dq_rotate);
+    for (int v = 0; v < n_count; ++v) {
+      const MBlockRange r = bwd_m_block_range(v, block_m, block_n, sq, sk, w);
+      if (m < r.m_block_min || m >= r.m_block_max) continue;
+      if (n != v) {
+        CHECK(false, where + fmt("row block %d: key block %d visits it, but the turn goes to %d", m, v, n));
+        return false;
+      }
+      n = dq_next_key_block(n, n_count, false);
+    }
+  }
+  int prev_last = 0;
+  for (int v = 0; v < n_count; ++v) {
+    const MBlockRange r = bwd_m_block_range(v, block_m, block_n, sq, sk, w);
+    if (r.m_block_max <= r.m_block_min) continue;
+    if (r.m_block_max < prev_last) {
+      CHECK(false, where + fmt("key block %d starts at row block %d, below an earlier one's %d", v, r.m_block_max - 1,
+                               prev_last - 1));
+      return false;
+    }
+    prev_last = r.m_block_max;
+  }
+  return true;
+}
+
+void test_dq_order() {
+  long n_cases = 0, n_bad = 0;
+  for (int m_count = 1; m_count <= 40; ++m_count) {
+    for (int n_count = 1; n_count <= m_count; ++n_count, ++n_cases) n_bad += !check_rotated_order(m_count, n_count);
+  }
+  const Window windows[] = {{-1, 0}, {-1, -1}, {37, 0}, {100, 5}, {0, 0}, {300, -1}, {-1, 70}};
+  for (int sq : {1, 113, 640, 1023}) {
+    for (int sk : {1, 127, 640, 2048}) {
+      for (Window w : windows) {
+        for (auto [block_m, block_n] : {std::pair{64, 128}, {128, 128}, {64, 64}}) {
+          for (bool dq_rotate : {false, true}) {
+            ++n_cases;
+            n_bad += !check_ascending_order(block_m, block_n, sq, sk, w, dq_rotate);
+          }
+        }
+      }
+    }
+  }
+  std::printf("  dq_order: %ld cases, %ld failing\n", n_cases, n_bad);
+  if (n_bad == 0) ++g_passed;
+}
+
 // bwd_tile: the backward's tile table fits the SM (Q and dO double-buffered, K, V, P, dS: 2 bytes an
 // element) and its warp layouts divide the tiles.
 void test_bwd_tile_table() {
@@ -1088,6 +1180,7 @@ const Case kCases[] = {
     {"bwd_tile_table", test_bwd_tile_table},
     {"dq_accum_offset", test_dq_accum_offset},
     {"dq_fragment", test_dq_fragment},
+    {"dq_order", test_dq_order},
     {"split_heuristic", test_split_heuristic},
     {"split_range", test_split_range},
     {"split_combine", test_split_combine},
