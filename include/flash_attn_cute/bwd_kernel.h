@@ -257,15 +257,18 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
                                    params.head_dim);
     copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, tVgV, gmem_thr_copy.partition_D(sV), tKVcKV, keys_left,
                                    params.head_dim);
-    // Every CTA walks its row blocks downwards from the last one, so the CTAs of one head read the
-    // same Q and dO tiles at about the same time, from L2, causal or not, and key block n reaches
-    // each row block no later than key block n + 1 (the deterministic order). (Starting each CTA's
-    // walk at a different row block, to spread the dQ additions, measured 2-3 % slower on H200:
-    // head dim 64 non-causal, 256 causal.) The rotated walk starts key block n at the n-th row block
-    // from the last and wraps around: no two key blocks of a head are at one row block at once.
-    // The i-th row block from the last, rotated down by n_block when rotated (worked out each step
-    // from registers the loop holds anyway: one more live register spills the head dim 64 kernel).
+    // By default every CTA walks its row blocks upwards, so the CTAs of one head read the same Q
+    // and dO tiles at about the same time, from L2. (Starting each CTA's walk at a different row
+    // block, to spread the dQ additions, measured 2-3 % slower on H200: head dim 64 non-causal, 256
+    // causal; walking downwards, 2-5 % slower at head dim 128 causal, 8k-16k tokens.)
+    // Deterministic, they walk downwards from the last row block, so that key block n reaches each
+    // row block no later than key block n + 1, whose dQ tile comes after its own (block_info.h;
+    // measured +3 % at head dims 128 and 256 causal, 8k-16k tokens); the rotated walk starts key
+    // block n at the n-th row block from the last and wraps around. The i-th row block of the walk
+    // is worked out at each step from registers the loop holds anyway: one more live register
+    // spills the head dim 64 kernel.
     auto row_block = [&](int i) {
+      if (!params.deterministic) return range.m_block_min + i;
       const int m_block = range.m_block_max - 1 - i - (rotated ? n_block : 0);
       return m_block < range.m_block_min ? m_block + (range.m_block_max - range.m_block_min) : m_block;
     };

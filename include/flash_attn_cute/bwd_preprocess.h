@@ -1,7 +1,6 @@
 // The backward's preprocessing: D = rowsum(dO * O), a memory-bound row walk (row_walk.h), and the
-// seeds of the deterministic dQ order. (The dQ
-// accumulator -> dQ conversion after the main kernel reads its tiles in fragment order:
-// bwd_epilogue.h.)
+// seeds of the deterministic dQ order. (The dQ accumulator -> dQ conversion after the main kernel
+// reads its tiles in fragment order: bwd_epilogue.h.)
 #pragma once
 
 #include <cuda_runtime.h>
