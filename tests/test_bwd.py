@@ -139,10 +139,10 @@ def test_bwd_custom_softmax_scale():
     _check_grads(grads, _dense_ref(False, 0.37), (q, k, v), dout)
 
 
-# (seqlen_q, seqlen_k), head dim 128 (64-row, 128-key blocks). Not causal, deterministic: 1000 and 3000
-# take the rotated dQ order (8 and 24 key blocks, all resident); 300 x 2000 has more key blocks than
-# row blocks and keeps the order from the first key block up, in the same grid; 9000 has more key
-# blocks than half the SMs and walks in key-block-major order.
+# (seqlen_q, seqlen_k), head dim 128 (64-row, 128-key blocks). Not causal, deterministic: 1000, 3000
+# and 2000 x 300 take the rotated dQ order (8, 24 and 3 key blocks, all resident); 300 x 2000 has more
+# key blocks than row blocks and keeps the order from the first key block up, in the same grid; 9000
+# has more key blocks than half the SMs (on 132) and walks in key-block-major order.
 RACE_SEQLENS = [(1000, 1000), (3000, 3000), (300, 2000), (2000, 300), (9000, 9000)]
 
 

@@ -125,8 +125,8 @@ FLASH_HOST_DEVICE constexpr NBlockRange fwd_n_block_range(int m_block, int block
   return {n_block_min, n_block_max, n_block_max - n_full_right, n_full_left};
 }
 
-// Query row blocks that see at least one key of key block n_block, walked upward from m_block_min
-// (the backward's loop). Blocks below m_block_min + n_masked_steps (the causal diagonal and right
+// Query row blocks that see at least one key of key block n_block (the backward's loop walks them
+// in bwd_walk_row_block's order). Blocks below m_block_min + n_masked_steps (the causal diagonal and right
 // window edge, or every block when the key block runs past seqlen_k) and blocks from
 // m_block_unmasked_max on (the left window edge) hold an invisible (row, key) pair and run masked.
 // The inverse of fwd_n_block_range: m_block is in the range of n_block iff n_block is in its range.
@@ -177,9 +177,10 @@ FLASH_HOST_DEVICE constexpr MBlockRange bwd_m_block_range(int n_block, int block
 // min(from_last, n_count - 1) first, then downwards, wrapping around to n_count - 1. Otherwise the
 // key blocks that visit a row block (a contiguous range) go from the first up; every key block
 // walks down from its last row block, which does not fall as the key block rises.
-// Either way, when the key blocks of a head run in step no key block waits for another in the
-// steady state, and a key block only waits for the key blocks before it in launch order
-// (rotated: for those of its head, which must all be resident).
+// Rotated, when the key blocks of a head run in step, no key block waits for another in the steady
+// state, but a key block may wait for one launched after it: all key blocks of a head must be
+// resident at once. Otherwise a key block only waits for key blocks launched before it, and those
+// that reach a row block in the same step (all of them, without a mask) wait in a chain.
 FLASH_HOST_DEVICE constexpr bool dq_rotated(bool dq_rotate, Window window, int n_count, int m_count) {
   return dq_rotate && window.left < 0 && window.right < 0 && n_count <= m_count;
 }
@@ -195,6 +196,16 @@ FLASH_HOST_DEVICE constexpr int dq_first_key_block(int m_block, int block_m, int
 FLASH_HOST_DEVICE constexpr int dq_next_key_block(int n_block, int n_count, bool rotated) {
   if (!rotated) return n_block + 1;
   return n_block == 0 ? n_count - 1 : n_block - 1;
+}
+
+// The row block a backward CTA (key block n_block, row blocks [m_block_min, m_block_max)) visits
+// at step i of its walk: upwards by default; deterministic, downwards from the last, and rotated by
+// n_block (wrapping around) when the order is rotated.
+FLASH_HOST_DEVICE constexpr int bwd_walk_row_block(int i, MBlockRange const& range, int n_block, bool deterministic,
+                                                   bool rotated) {
+  if (!deterministic) return range.m_block_min + i;
+  const int m_block = range.m_block_max - 1 - i - (rotated ? n_block : 0);
+  return m_block < range.m_block_min ? m_block + (range.m_block_max - range.m_block_min) : m_block;
 }
 
 }  // namespace flash_attn_cute

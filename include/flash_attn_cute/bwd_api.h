@@ -22,7 +22,8 @@ constexpr int dq_fragment_offset(int pair, int thread, int threads) { return 2 *
 // no window, and the key blocks of a head (n_blocks, at the longest seqlen_k) few enough to be
 // resident together with room to spare, on half the SMs (other kernels may hold some), as the
 // rotated order's waits run across all key blocks of a head and the grid launches a head's key
-// blocks one after the other.
+// blocks one after the other. (SMs held for long by other streams, or an MPS / green-context SM
+// limit that the SM count does not show, would stall it until they are freed.)
 constexpr bool bwd_dq_rotate(bool deterministic, bool is_causal, Window window, int64_t n_blocks, int num_sms) {
   return deterministic && !is_causal && window.left < 0 && window.right < 0 && n_blocks <= num_sms / 2;
 }

@@ -1,6 +1,6 @@
-// The backward's two ways out: the dQ tiles added into the fp32 accumulator (in key-block order
-// when deterministic) and their conversion to dQ; and the dK / dV tiles written once at the end of
-// a CTA.
+// The backward's two ways out: the dQ tiles added into the fp32 accumulator (in a fixed order of
+// key blocks when deterministic) and their conversion to dQ; and the dK / dV tiles written once at
+// the end of a CTA.
 #pragma once
 
 #include <cute/tensor.hpp>

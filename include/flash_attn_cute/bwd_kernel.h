@@ -267,11 +267,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     // block n at the n-th row block from the last and wraps around. The i-th row block of the walk
     // is worked out at each step from registers the loop holds anyway: one more live register
     // spills the head dim 64 kernel.
-    auto row_block = [&](int i) {
-      if (!params.deterministic) return range.m_block_min + i;
-      const int m_block = range.m_block_max - 1 - i - (rotated ? n_block : 0);
-      return m_block < range.m_block_min ? m_block + (range.m_block_max - range.m_block_min) : m_block;
-    };
+    auto row_block = [&](int i) { return bwd_walk_row_block(i, range, n_block, params.deterministic, rotated); };
     const int bidh_begin = bidh_kv * group;
     const int bidh_end = bidh_begin + group;
     load_q_lse_d(bidh_begin, row_block(0), 0);

@@ -1,6 +1,6 @@
 // Launches the backward for one (element type, head dim, causal, even-K) instantiation: D =
-// rowsum(dO * O), the main kernel, then the fp32 dQ accumulator -> dQ. The caller zeroes
-// params.dq_accum_ptr (and params.dq_semaphore when deterministic) on the same stream first.
+// rowsum(dO * O) (and the seeds of params.dq_semaphore when deterministic), the main kernel, then
+// the fp32 dQ accumulator -> dQ. The caller zeroes params.dq_accum_ptr on the same stream first.
 #pragma once
 
 #include <cuda_runtime.h>

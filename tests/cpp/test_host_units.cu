@@ -336,7 +336,7 @@ void test_n_block_range() {
 // The backward masks a (row block, key block) pair iff a real row (< seqlen_q) of it fails to see
 // a key position of it (keys past seqlen_k included: their K rows are zeros, not -inf). Rows past
 // seqlen_q need no mask (their LSE is +inf). The deterministic dQ order needs, for every row
-// block, the key blocks that visit it to be exactly [0, fwd n_block_max).
+// block, the key blocks that visit it to be exactly [fwd n_block_min, fwd n_block_max).
 
 bool check_m_range(int block_m, int block_n, int sq, int sk, Window w, int n_block) {
   const MBlockRange r = bwd_m_block_range(n_block, block_m, block_n, sq, sk, w);
@@ -399,12 +399,13 @@ void test_m_block_range() {
   if (n_bad == 0) ++g_passed;
 }
 
-// dq_order: the deterministic backward's dQ order (block_info.h), with the walks of bwd_kernel.h.
-// Rotated: with every key block of a head starting together and taking one row block per step, a
-// key block must find its turn at every row block it reaches (no wait), and each row block must
-// take every key block once. Otherwise each row block's chain, from dq_first_key_block along
-// dq_next_key_block, must be exactly the key blocks that visit it, ascending, and key block n must
-// start its downward walk no lower than key block n - 1, so that in step it never waits either.
+// dq_order: the deterministic backward's dQ order (block_info.h) along bwd_walk_row_block, the
+// walk bwd_kernel.h takes. Rotated: with every key block of a head starting together and taking one
+// row block per step, a key block must find its turn at every row block it reaches (no wait), and
+// each row block must take every key block once. Otherwise each row block's chain, from
+// dq_first_key_block along dq_next_key_block, must be exactly the key blocks that visit it,
+// ascending, and key block n must reach every row block no later than key block n + 1. The
+// default walk must visit every row block of the range once.
 bool check_rotated_order(int m_count, int n_count) {
   const int block_m = 64, block_n = 128, seqlen_q = m_count * block_m - 5, seqlen_k = n_count * block_n - 3;
   const std::string where = fmt("rotated dQ order, %d key blocks, %d row blocks: ", n_count, m_count);
@@ -412,21 +413,22 @@ bool check_rotated_order(int m_count, int n_count) {
     CHECK(false, where + "not rotated");
     return false;
   }
-  std::vector<int> turn(m_count), visits(m_count, 0), m_block(n_count);
+  std::vector<int> turn(m_count), visits(m_count, 0);
   for (int m = 0; m < m_count; ++m) turn[m] = dq_first_key_block(m, block_m, block_n, seqlen_q, seqlen_k, Window{}, true);
-  for (int n = 0; n < n_count; ++n) m_block[n] = m_count - 1 - n;  // bwd_kernel.h's m_first
   for (int step = 0; step < m_count; ++step) {
+    std::vector<int> m_block(n_count);
     for (int n = 0; n < n_count; ++n) {
-      if (turn[m_block[n]] != n) {
-        CHECK(false, where + fmt("key block %d waits at row block %d in step %d (turn of %d)", n, m_block[n], step,
-                                 turn[m_block[n]]));
+      const MBlockRange range = bwd_m_block_range(n, block_m, block_n, seqlen_q, seqlen_k, Window{});
+      m_block[n] = bwd_walk_row_block(step, range, n, true, true);
+      if (m_block[n] < 0 || m_block[n] >= m_count || turn[m_block[n]] != n) {
+        CHECK(false, where + fmt("key block %d at row block %d in step %d: turn of %d", n, m_block[n], step,
+                                 m_block[n] < 0 || m_block[n] >= m_count ? -1 : turn[m_block[n]]));
         return false;
       }
     }
-    for (int n = 0; n < n_count; ++n) {  // hand on at the next barrier; then the next row block down
+    for (int n = 0; n < n_count; ++n) {  // hand on at the next barrier
       turn[m_block[n]] = dq_next_key_block(n, n_count, true);
       ++visits[m_block[n]];
-      m_block[n] = m_block[n] == 0 ? m_count - 1 : m_block[n] - 1;
     }
   }
   for (int m = 0; m < m_count; ++m) {
@@ -455,16 +457,21 @@ bool check_ascending_order(int block_m, int block_n, int sq, int sk, Window w, b
       n = dq_next_key_block(n, n_count, false);
     }
   }
-  int prev_last = 0;
+  std::vector<int> prev_step(m_count, -1);  // the step in which the key blocks so far reached each row block
   for (int v = 0; v < n_count; ++v) {
     const MBlockRange r = bwd_m_block_range(v, block_m, block_n, sq, sk, w);
-    if (r.m_block_max <= r.m_block_min) continue;
-    if (r.m_block_max < prev_last) {
-      CHECK(false, where + fmt("key block %d starts at row block %d, below an earlier one's %d", v, r.m_block_max - 1,
-                               prev_last - 1));
-      return false;
+    std::vector<int> seen(m_count, 0);
+    for (int i = 0; i < r.m_block_max - r.m_block_min; ++i) {
+      const int m = bwd_walk_row_block(i, r, v, true, false);
+      const int up = bwd_walk_row_block(i, r, v, false, false);
+      if (m < r.m_block_min || m >= r.m_block_max || up < r.m_block_min || up >= r.m_block_max || seen[m]++ ||
+          i < prev_step[m]) {
+        CHECK(false, where + fmt("key block %d, step %d: row block %d (upward %d) out of range, twice, or reached "
+                                 "before an earlier key block (step %d)", v, i, m, up, prev_step[m]));
+        return false;
+      }
+      prev_step[m] = i;
     }
-    prev_last = r.m_block_max;
   }
   return true;
 }
