@@ -139,11 +139,12 @@ def test_bwd_custom_softmax_scale():
     _check_grads(grads, _dense_ref(False, 0.37), (q, k, v), dout)
 
 
-# (seqlen_q, seqlen_k), head dim 128 (64-row, 128-key blocks). Not causal, deterministic: 1000, 3000
-# and 2000 x 300 take the rotated dQ order (8, 24 and 3 key blocks, all resident); 300 x 2000 has more
-# key blocks than row blocks and keeps the order from the first key block up, in the same grid; 9000
-# has more key blocks than half the SMs (on 132) and walks in key-block-major order.
-RACE_SEQLENS = [(1000, 1000), (3000, 3000), (300, 2000), (2000, 300), (9000, 9000)]
+# (seqlen_q, seqlen_k), head dim 128 (64-row, 128-key blocks). Not causal, deterministic: 1000, 3000,
+# 2000 x 300 and 1024 x 2048 (as many key blocks as row blocks) take the rotated dQ order (8, 24, 3
+# and 16 key blocks, all resident); 300 x 2000 has more key blocks than row blocks and keeps the
+# order from the first key block up, in the same grid; 9000 has more key blocks than half the SMs
+# (on 132) and walks in key-block-major order.
+RACE_SEQLENS = [(1000, 1000), (3000, 3000), (2000, 300), (1024, 2048), (300, 2000), (9000, 9000)]
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -170,9 +171,9 @@ def test_bwd_race_free_and_deterministic(causal, heads, seqlens):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_varlen_deterministic(causal):
-    """Varlen sequences with more and fewer key blocks than row blocks, an empty one, in one call:
+    """Varlen sequences with more and fewer key blocks than row blocks, no rows, no keys, in one call:
     each takes its own dQ order; dq is bitwise reproducible and right."""
-    seqlens_q, seqlens_k = [1000, 0, 300, 2000, 17], [1000, 5, 2000, 300, 900]
+    seqlens_q, seqlens_k = [1000, 0, 300, 2000, 17, 40], [1000, 5, 2000, 300, 900, 0]
     cu_q, cu_k = (torch.tensor([0, *itertools.accumulate(s)], device="cuda", dtype=torch.int32)
                   for s in (seqlens_q, seqlens_k))
     q, dout = (_randn(sum(seqlens_q), 4, 128, dtype=torch.bfloat16) for _ in range(2))
