@@ -78,7 +78,7 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   params.dq_accum_varlen_pad = p.varlen ? block_m : 0;
   params.deterministic = deterministic;
   params.dq_semaphore = deterministic ? dq_semaphore.data_ptr<int>() : nullptr;
-  params.dq_rotate = bwd_dq_rotate(deterministic, causal, params.window, n_blocks, params.num_sms);
+  params.dq_rotate = bwd_dq_rotate(deterministic, params.window, n_blocks, params.num_sms);
   const cudaError_t err = run_bwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
   if (err == cudaErrorLaunchOutOfResources) {
     int smem_optin = 0;

@@ -198,6 +198,11 @@ FLASH_HOST_DEVICE constexpr int dq_next_key_block(int n_block, int n_count, bool
   return n_block == 0 ? n_count - 1 : n_block - 1;
 }
 
+// The counter of query row block m_block (of block_m rows) of sequence bidb, head bidh.
+FLASH_HOST_DEVICE int* dq_semaphore_at(BwdParams const& params, int bidb, int bidh, int m_block, int block_m) {
+  return params.dq_semaphore + (index_t(bidb) * params.heads + bidh) * ceil_div(params.seqlen_q, block_m) + m_block;
+}
+
 // The row block a backward CTA (key block n_block, row blocks [m_block_min, m_block_max)) visits
 // at step i of its walk: upwards by default; deterministic, downwards from the last, and rotated by
 // n_block (wrapping around) when the order is rotated.

@@ -18,14 +18,14 @@ constexpr int dq_accum_row_floats(int kernel_head_dim) { return kernel_head_dim;
 // to 256 contiguous bytes.
 constexpr int dq_fragment_offset(int pair, int thread, int threads) { return 2 * (pair * threads + thread); }
 
-// Whether the deterministic backward takes the rotated dQ order (BwdParams::dq_rotate): not causal,
-// no window, and the key blocks of a head (n_blocks, at the longest seqlen_k) few enough to be
+// Whether the deterministic backward takes the rotated dQ order (BwdParams::dq_rotate): no window
+// (causal is the window (left, 0)), and the key blocks of a head (n_blocks, at the longest seqlen_k) few enough to be
 // resident together with room to spare, on half the SMs (other kernels may hold some), as the
 // rotated order's waits run across all key blocks of a head and the grid launches a head's key
 // blocks one after the other. (SMs held for long by other streams, or an MPS / green-context SM
 // limit that the SM count does not show, would stall it until they are freed.)
-constexpr bool bwd_dq_rotate(bool deterministic, bool is_causal, Window window, int64_t n_blocks, int num_sms) {
-  return deterministic && !is_causal && window.left < 0 && window.right < 0 && n_blocks <= num_sms / 2;
+constexpr bool bwd_dq_rotate(bool deterministic, Window window, int64_t n_blocks, int num_sms) {
+  return deterministic && window.left < 0 && window.right < 0 && n_blocks <= num_sms / 2;
 }
 
 // Defined in the generated instantiation files (csrc/generated/), one per combination.

@@ -46,7 +46,6 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   const int group = params.heads / params.heads_k;
   const index_t n_start = index_t(n_block) * kBlockN;
   const int keys_left = binfo.seqlen_k - int(n_start);
-  const int m_blocks_total = ceil_div(params.seqlen_q, kBlockM);
   // Deterministic: the rotated walk below and the dQ order that goes with it (block_info.h).
   const int n_count = ceil_div(binfo.seqlen_k, kBlockN);
   const bool rotated = dq_rotated(params.dq_rotate, window, n_count, ceil_div(binfo.seqlen_q, kBlockM));
@@ -71,6 +70,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});               // (kBlockN, kHeadDim)
   Tensor sP = make_tensor(sV.data() + size(sV), typename Traits::SmemLayoutPdS{});              // (kBlockM, kBlockN)
   Tensor sdS = make_tensor(sP.data() + size(sP), typename Traits::SmemLayoutPdS{});             // (kBlockM, kBlockN)
+  static_assert(sizeof(DqHandOn) <= Traits::kSmemDQHandOnBytes);
   DqAccumulator<kBlockM, kHeadDim, Traits::kNWarps> dq_accum{reinterpret_cast<DqHandOn*>(smem + Traits::kSmemDQHandOnOffset)};
   dq_accum.init(dq_next_key_block(n_block, n_count, rotated));
   Tensor sQt = make_tensor(sQ.data(), typename Traits::SmemLayoutQt{});                         // (kHeadDim, kBlockM)
@@ -241,9 +241,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     Tensor acc_dq = partition_fragment_C(mma_dq, tile_mk);  // (MMA, MMA_M, MMA_K)
     clear(acc_dq);
     gemm_ss(mma_dq, acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, copy_dq_A, copy_dq_B, tidx);
-    int* semaphore = params.deterministic
-                         ? params.dq_semaphore + (index_t(bidb) * params.heads + bidh) * m_blocks_total + m_block
-                         : nullptr;
+    int* semaphore = params.deterministic ? dq_semaphore_at(params, bidb, bidh, m_block, kBlockM) : nullptr;
     float* gdQaccum = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
                       m_start * params.dq_accum_row_stride;
     dq_accum.add(acc_dq, gdQaccum, semaphore, n_block);

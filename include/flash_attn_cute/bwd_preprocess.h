@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(RowWalk::kThreads) bwd_dot_do_o_kernel(__grid_
     // params.window is the main kernel's window: the plain kernels, which fix it at compile time,
     // run only where it is (-1, -1) or (left, 0) (kernel_variant, csrc/glue.cpp).
     const int m_block = walk.row / kBlockM;
-    params.dq_semaphore[(index_t(bidb) * params.heads + bidh) * ceil_div(params.seqlen_q, kBlockM) + m_block] =
+    *dq_semaphore_at(params, bidb, bidh, m_block, kBlockM) =
         dq_first_key_block(m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, params.window, params.dq_rotate);
   }
   auto row_ptr = [&](TensorView const& t) {
