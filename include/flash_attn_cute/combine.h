@@ -13,97 +13,124 @@
 
 namespace flash_attn_cute {
 
-// One CTA per (row, batch, head). Decoding has few rows and up to 128 splits each, so one row's
-// splits are spread over the CTA's warps and no load waits on another:
-//   1. thread s reads split s's LSE into shared memory;
-//   2. every warp folds all of them (lane l takes splits l, l + 32, ..., then the lanes merge);
-//   3. warp w adds the O of splits w, w + kWarps, ... (4 columns per lane and step; an empty split
-//      has weight 0 and wrote O = 0: write_o_partial writes every split's rows);
-//   4. the warps' sums meet in shared memory.
+// A row's splits are read in chunks of kChunk, every load of a chunk issued before any is used, so
+// that a decode row (mostly at most kChunk splits) costs one round trip to memory. One warp per row
+// (lane l holds the float4 columns l, l + 32, ... of it), or several for more splits
+// (combine_warps_per_row): they take alternate chunks and merge in shared memory.
+template <int kHeadDim>
 struct SplitCombineShape {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = 32 * kWarps;
-  static_assert(kThreads >= kMaxSplits, "step 1 reads one LSE per thread");
+  static constexpr int kVectors = kHeadDim / 4;  // float4 columns of a row
+  static constexpr int kVectorsPerLane = ceil_div(kVectors, 32);
+  static constexpr int kChunk = 16 / kVectorsPerLane;
+  static_assert(kHeadDim % 4 == 0);
+
+  static int warps_per_row(int num_splits) { return combine_warps_per_row(num_splits, kChunk, kWarps); }
 };
 
 // kHeadDim: the split kernel's, the row width of oaccum (a template argument because tile_size.h's
 // tables are host data: a device read of them is undefined; nvcc once compiled one into an endless
-// loop here).
+// loop here). warps_per_row: SplitCombineShape::warps_per_row(params.num_splits).
 template <class Element, int kHeadDim>
-__global__ void __launch_bounds__(SplitCombineShape::kThreads)
-    split_combine_kernel(__grid_constant__ const FwdParams params) {
-  constexpr int kWarps = SplitCombineShape::kWarps;
-  constexpr int kVectors = kHeadDim / 4;                  // float4 columns of a row
-  constexpr int kVectorsPerLane = ceil_div(kVectors, 32);
-  static_assert(kHeadDim % 4 == 0);
+__global__ void __launch_bounds__(SplitCombineShape<kHeadDim>::kThreads)
+    split_combine_kernel(__grid_constant__ const FwdParams params, int warps_per_row) {
+  using Shape = SplitCombineShape<kHeadDim>;
+  constexpr int kVectors = Shape::kVectors, kVectorsPerLane = Shape::kVectorsPerLane, kChunk = Shape::kChunk;
   using Vector = cutlass::AlignedArray<float, 4>;
-  __shared__ float lse_smem[kMaxSplits];
-  __shared__ Vector acc_smem[kWarps][kVectors];
+  __shared__ SplitCombine fold_smem[Shape::kWarps];
+  __shared__ Vector acc_smem[Shape::kWarps][kVectors];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r = blockIdx.x, bidb = blockIdx.y, bidh = blockIdx.z;
+  const int r = blockIdx.x * (Shape::kWarps / warps_per_row) + warp / warps_per_row;
+  const int part = warp % warps_per_row;  // this warp's chunks: part, part + warps_per_row, ...
+  const int bidb = blockIdx.y, bidh = blockIdx.z;
   wait_for_prior_grid();  // the split kernel's partial results
   const BlockInfo binfo(params, bidb);
-  if (r >= binfo.seqlen_q) return;
+  const bool has_row = r < binfo.seqlen_q;  // no return: the warps of a row meet at a barrier
   const index_t row = binfo.lse_offset(params, bidb, bidh) + r;
-  const int num_splits = params.num_splits;
+  auto has_vector = [&](int v) { return kVectors % 32 == 0 || lane + 32 * v < kVectors; };
 
-  if (threadIdx.x < num_splits) lse_smem[threadIdx.x] = params.lseaccum_ptr[threadIdx.x * params.split_stride + row];
-  __syncthreads();
   SplitCombine combine;
-  for (int s = lane; s < num_splits; s += 32) combine.add_lse(lse_smem[s]);
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    SplitCombine other;
-    other.max_lse = __shfl_xor_sync(0xffffffff, combine.max_lse, offset);
-    other.sum = __shfl_xor_sync(0xffffffff, combine.sum, offset);
-    combine.merge(other);
-  }
-  if (threadIdx.x == 0) params.softmax_lse_ptr[row] = combine.lse();
-
   Vector acc[kVectorsPerLane];
 #pragma unroll
   for (int v = 0; v < kVectorsPerLane; ++v) acc[v].fill(0.f);
-#pragma unroll 8
-  for (int s = warp; s < num_splits; s += kWarps) {
-    const float weight = combine.weight(lse_smem[s]);
-    Vector const* part = reinterpret_cast<Vector const*>(params.oaccum_ptr + (s * params.split_stride + row) * kHeadDim);
+  for (int s0 = part * kChunk; has_row && s0 < params.num_splits; s0 += warps_per_row * kChunk) {
+    float lse[kChunk];
+    Vector o_part[kChunk][kVectorsPerLane];
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+      const bool valid = s0 + i < params.num_splits;
+      const index_t split_row = index_t(s0 + i) * params.split_stride + row;
+      lse[i] = valid ? params.lseaccum_ptr[split_row] : -INFINITY;
+      Vector const* o_split = reinterpret_cast<Vector const*>(params.oaccum_ptr + split_row * kHeadDim);
+#pragma unroll
+      for (int v = 0; v < kVectorsPerLane; ++v) {
+        if (valid && has_vector(v)) {
+          o_part[i][v] = o_split[lane + 32 * v];
+        } else {
+          o_part[i][v].fill(0.f);
+        }
+      }
+    }
+    const float scale = combine.add_chunk(lse);
 #pragma unroll
     for (int v = 0; v < kVectorsPerLane; ++v) {
-      if (lane + 32 * v < kVectors) {
-        const Vector x = part[lane + 32 * v];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[v][i] += weight * x[i];
+      for (int e = 0; e < 4; ++e) acc[v][e] *= scale;
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) {
+        const float weight = combine.weight(lse[i]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[v][e] += weight * o_part[i][v][e];
       }
     }
   }
+  if (warps_per_row > 1) {
+    if (lane == 0) fold_smem[warp] = combine;
 #pragma unroll
-  for (int v = 0; v < kVectorsPerLane; ++v) {
-    if (lane + 32 * v < kVectors) acc_smem[warp][lane + 32 * v] = acc[v];
+    for (int v = 0; v < kVectorsPerLane; ++v) {
+      if (has_vector(v)) acc_smem[warp][lane + 32 * v] = acc[v];
+    }
+    __syncthreads();
+    if (part != 0) return;
+    for (int w = warp + 1; w < warp + warps_per_row; ++w) {
+      const SplitCombine::Scales scales = combine.merge(fold_smem[w]);
+#pragma unroll
+      for (int v = 0; v < kVectorsPerLane; ++v) {
+        if (!has_vector(v)) continue;
+        const Vector other = acc_smem[w][lane + 32 * v];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[v][e] = acc[v][e] * scales.self + other[e] * scales.other;
+      }
+    }
   }
-  __syncthreads();
-  const int vec = threadIdx.x;
-  if (vec >= kVectors || 4 * vec >= params.head_dim) return;
-  Vector sum;
-  sum.fill(0.f);
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) sum[i] += acc_smem[w][vec][i];
-  }
+  if (!has_row) return;
+  if (lane == 0) params.softmax_lse_ptr[row] = combine.lse();
   using Out = cutlass::AlignedArray<Element, 4>;
   Element* o_row = static_cast<Element*>(params.o.ptr) + binfo.q_offset(params.o, bidb, bidh) +
                    index_t(r) * params.o.row_stride;
-  Out out;
-  static_cast<cutlass::Array<Element, 4>&>(out) = cutlass::NumericArrayConverter<Element, float, 4>{}(sum);
-  reinterpret_cast<Out*>(o_row)[vec] = out;
+  const float out_scale = combine.out_scale();
+#pragma unroll
+  for (int v = 0; v < kVectorsPerLane; ++v) {
+    const int vec = lane + 32 * v;
+    if (!has_vector(v) || 4 * vec >= params.head_dim) continue;
+    Vector o;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[e] = acc[v][e] * out_scale;
+    Out out;
+    static_cast<cutlass::Array<Element, 4>&>(out) = cutlass::NumericArrayConverter<Element, float, 4>{}(o);
+    reinterpret_cast<Out*>(o_row)[vec] = out;
+  }
 }
 
-// grid (seqlen_q, batch, heads), launched while the split kernel finishes (launch.h).
+// grid (row groups, batch, heads), launched while the split kernel finishes (launch.h).
 template <class Element, int kHeadDim>
 cudaError_t run_split_combine(FwdParams const& params, cudaStream_t stream) {
-  const dim3 grid(params.seqlen_q, params.batch, params.heads);
-  return launch_dependent(split_combine_kernel<Element, kHeadDim>, grid, dim3(SplitCombineShape::kThreads), 0, stream,
-                          params);
+  using Shape = SplitCombineShape<kHeadDim>;
+  const int warps_per_row = Shape::warps_per_row(params.num_splits);
+  const dim3 grid(ceil_div(params.seqlen_q, Shape::kWarps / warps_per_row), params.batch, params.heads);
+  return launch_dependent(split_combine_kernel<Element, kHeadDim>, grid, dim3(Shape::kThreads), 0, stream, params,
+                          warps_per_row);
 }
 
 }  // namespace flash_attn_cute

@@ -21,9 +21,9 @@ __device__ __forceinline__ void wait_for_prior_grid() {
 #endif
 }
 
-template <class Params>
-cudaError_t launch_dependent(void (*kernel)(Params), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
-                             Params const& params) {
+template <class... Params, class... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                             Args const&... args) {
   cudaFuncAttributes attributes;
   cudaError_t err = cudaFuncGetAttributes(&attributes, kernel);
   if (err != cudaSuccess) return err;
@@ -37,7 +37,7 @@ cudaError_t launch_dependent(void (*kernel)(Params), dim3 grid, dim3 block, size
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = attributes.binaryVersion >= 90 ? 1 : 0;
-  err = cudaLaunchKernelEx(&config, kernel, params);
+  err = cudaLaunchKernelEx(&config, kernel, args...);
   return err != cudaSuccess ? err : cudaPeekAtLastError();
 }
 

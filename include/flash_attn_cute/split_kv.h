@@ -55,43 +55,59 @@ FLASH_HOST_DEVICE constexpr NBlockRange split_n_block_range(NBlockRange full, in
   return {lo, hi, masked, unmasked_min};
 }
 
+// The combine kernel's warps per query row: a warp reads `chunk` splits per round trip to memory, so
+// rows of more splits take more warps of the CTA (a power of two, at most `warps`), which take
+// alternate chunks and merge their folds in shared memory.
+FLASH_HOST_DEVICE constexpr int combine_warps_per_row(int num_splits, int chunk, int warps) {
+  int w = 1;
+  while (w < warps && w * chunk < num_splits) w *= 2;
+  return w;
+}
+
 // Merges the partial results of one query row over its splits. Each split reports the natural-log
-// LSE of its scaled scores (-inf when it saw no key) and its O normalised by its own sum.
+// LSE of its scaled scores (-inf when it saw no key) and its O normalised by its own sum:
 //   LSE = max + log(sum_i exp(lse_i - max)),  O = sum_i exp(lse_i - LSE) * O_i.
-// A row that saw no key in any split gets LSE = +inf and O = 0, the forward's convention.
+// The splits come in chunks (the combine kernel reads a chunk's LSEs and O's at once). The fold keeps
+// the running max and sum; the caller keeps acc = sum_i weight(lse_i) * O_i, multiplies it by what
+// add_chunk returns (the max may have risen), and scales it by out_scale() at the end. A row that saw
+// no key in any split gets LSE = +inf and O = 0, the forward's convention.
 struct SplitCombine {
   float max_lse = -INFINITY;
   float sum = 0.f;  // sum_i exp(lse_i - max_lse)
 
-  // Pass 1: every split's LSE.
-  FLASH_HOST_DEVICE void add_lse(float lse) {
-    if (lse == -INFINITY) return;
-    if (lse > max_lse) {
-      sum = sum * expf(max_lse - lse) + 1.f;  // max_lse = -inf on the first call: sum was 0
-      max_lse = lse;
-    } else {
-      sum += expf(lse - max_lse);
-    }
+  // Folds in a chunk of LSEs (-inf past the last split); returns the factor for the acc so far.
+  template <int N>
+  FLASH_HOST_DEVICE float add_chunk(float const (&lse)[N]) {
+    float new_max = max_lse;
+    for (int i = 0; i < N; ++i) new_max = lse[i] > new_max ? lse[i] : new_max;
+    if (new_max == -INFINITY) return 1.f;  // no split has seen a key yet
+    const float scale = expf(max_lse - new_max);  // 0 while max_lse is -inf (sum and acc are 0)
+    max_lse = new_max;
+    sum *= scale;
+    for (int i = 0; i < N; ++i) sum += weight(lse[i]);
+    return scale;
   }
 
-  // Folds in another fold, of other splits (the combine kernel folds each lane's splits, then
-  // merges the lanes).
-  FLASH_HOST_DEVICE void merge(SplitCombine const& other) {
-    if (other.sum == 0.f) return;
-    if (other.max_lse > max_lse) {
-      sum = sum * expf(max_lse - other.max_lse) + other.sum;  // sum was 0 when max_lse was -inf
-      max_lse = other.max_lse;
-    } else {
-      sum += other.sum * expf(other.max_lse - max_lse);
-    }
+  // Folds in another fold of other splits (the combine kernel's warps that share a row). Returns the
+  // factors for this fold's acc and for the other's; their weighted sum is the merged acc.
+  struct Scales {
+    float self, other;
+  };
+  FLASH_HOST_DEVICE Scales merge(SplitCombine const& other) {
+    const float new_max = other.max_lse > max_lse ? other.max_lse : max_lse;
+    if (new_max == -INFINITY) return {1.f, 0.f};  // neither has seen a key
+    const Scales scales{expf(max_lse - new_max), expf(other.max_lse - new_max)};
+    max_lse = new_max;
+    sum = sum * scales.self + other.sum * scales.other;
+    return scales;
   }
+
+  // The unnormalised weight exp(lse_i - max) of a split of the chunk just added (0 when empty).
+  FLASH_HOST_DEVICE float weight(float lse_i) const { return lse_i == -INFINITY ? 0.f : expf(lse_i - max_lse); }
 
   FLASH_HOST_DEVICE float lse() const { return sum > 0.f ? max_lse + logf(sum) : INFINITY; }
 
-  // Pass 2: the weight of split i's O in the output (0 for an empty split or an empty row).
-  FLASH_HOST_DEVICE float weight(float lse_i) const {
-    return sum > 0.f && lse_i != -INFINITY ? expf(lse_i - max_lse) / sum : 0.f;
-  }
+  FLASH_HOST_DEVICE float out_scale() const { return sum > 0.f ? 1.f / sum : 0.f; }
 };
 
 }  // namespace flash_attn_cute

@@ -46,11 +46,11 @@ constexpr FwdTileShape fwd_tile_shape(int kernel_head_dim, bool is_causal, Varia
 
 // The split-KV kernel (decode: a few query rows over many keys) is bound by reading K and V. One warp
 // per CTA on one 16-row slab: no warp re-reads a K / V tile another warp already read from shared
-// memory, and small CTAs (36 KB of shared memory at head dim 128) let six share an SM, so many
-// tiles are in flight per SM. More query rows simply take more row blocks.
+// memory, and small CTAs (20 KB of shared memory at head dim 128) let eight share an SM (as many
+// as their registers allow), so many tiles are in flight per SM. More query rows simply take more
+// row blocks.
 constexpr FwdTileShape fwd_split_tile_shape(int kernel_head_dim) {
   if (kernel_head_dim <= 64) return {16, 128, 1};
-  if (kernel_head_dim <= 128) return {16, 64, 1};
   return {16, 32, 1};
 }
 

@@ -92,7 +92,7 @@ void test_tile_table() {
     CHECK(4 * (fwd_smem_bytes(split, kFwdHeadDims[i]) + 1024) <= 228 * 1024,
           fmt("split tile of hdim %d: four CTAs per SM", kFwdHeadDims[i]));
   }
-  CHECK_EQ(fwd_smem_bytes(fwd_split_tile_shape(128), 128), 36864, "split tile smem at hdim 128");
+  CHECK_EQ(fwd_smem_bytes(fwd_split_tile_shape(128), 128), 20480, "split tile smem at hdim 128");
 
   // Every supported head dim maps to the smallest kernel head dim >= it (found independently).
   for (int h = 8; h <= 256; h += 8) {
@@ -712,20 +712,35 @@ void test_split_range() {
   if (bad == 0) ++g_passed;
 }
 
-// Combines with SplitCombine and with a double-precision log-sum-exp; returns the max error.
-double combine_error(std::vector<float> const& lses, std::vector<float> const& outs) {
-  SplitCombine c;
-  for (float l : lses) c.add_lse(l);
+// Combines as the combine kernel does (warps_per_row warps taking alternate chunks of kChunk splits,
+// then merged in order) and with a double-precision log-sum-exp; returns the max error.
+template <int kChunk>
+double combine_error(std::vector<float> const& lses, std::vector<float> const& outs, int warps_per_row) {
+  const int n = int(lses.size());
+  std::vector<SplitCombine> folds(warps_per_row);
+  std::vector<double> accs(warps_per_row, 0.0);
+  for (int part = 0; part < warps_per_row; ++part) {
+    for (int s0 = part * kChunk; s0 < n; s0 += warps_per_row * kChunk) {
+      float chunk[kChunk];
+      for (int i = 0; i < kChunk; ++i) chunk[i] = s0 + i < n ? lses[s0 + i] : -INFINITY;
+      accs[part] *= folds[part].add_chunk(chunk);
+      for (int i = 0; i < kChunk && s0 + i < n; ++i) accs[part] += double(folds[part].weight(chunk[i])) * outs[s0 + i];
+    }
+  }
+  SplitCombine c = folds[0];
+  double acc = accs[0];
+  for (int w = 1; w < warps_per_row; ++w) {
+    const SplitCombine::Scales scales = c.merge(folds[w]);
+    acc = acc * scales.self + accs[w] * scales.other;
+  }
+  const double got_o = acc * c.out_scale();
   double m = -INFINITY;
   for (float l : lses) m = std::max(m, double(l));
   double sum = 0.0;
   for (float l : lses) sum += l == -INFINITY ? 0.0 : std::exp(double(l) - m);
   const double want_lse = sum > 0 ? m + std::log(sum) : INFINITY;
-  double want_o = 0.0, got_o = 0.0;
-  for (size_t i = 0; i < lses.size(); ++i) {
-    want_o += lses[i] == -INFINITY ? 0.0 : std::exp(double(lses[i]) - want_lse) * outs[i];
-    got_o += double(c.weight(lses[i])) * outs[i];
-  }
+  double want_o = 0.0;
+  for (int i = 0; i < n; ++i) want_o += lses[i] == -INFINITY ? 0.0 : std::exp(double(lses[i]) - want_lse) * outs[i];
   if (std::isinf(want_lse)) return c.lse() == INFINITY && got_o == 0.0 ? 0.0 : INFINITY;
   return std::max(std::fabs(double(c.lse()) - want_lse) / std::max(1.0, std::fabs(want_lse)),
                   std::fabs(got_o - want_o));
@@ -738,46 +753,35 @@ void test_split_combine() {
     return (state >> 8) / float(1u << 24);
   };
   double worst = 0.0;
-  for (int trial = 0; trial < 2000; ++trial) {
-    const int n = 1 + trial % 17;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int n = 1 + trial % 131;
     const float scale = trial % 3 == 0 ? 1e4f : 20.f;  // large LSEs must not overflow
+    const float empty = trial % 5 == 0 ? 0.9f : 0.3f;  // chunks with no key at all, too
     std::vector<float> lses(n), outs(n);
     for (int i = 0; i < n; ++i) {
-      lses[i] = uniform() < 0.3f ? -INFINITY : (uniform() - 0.5f) * scale;
+      lses[i] = uniform() < empty ? -INFINITY : (uniform() - 0.5f) * scale;
       outs[i] = uniform() * 2.f - 1.f;
     }
-    worst = std::max(worst, combine_error(lses, outs));
-  }
-  CHECK(worst < 1e-5, fmt("SplitCombine vs double log-sum-exp: max error %.3g", worst));
-  // merge: the combine kernel folds each lane's splits (l, l + 32, ...), then merges the lanes.
-  double worst_merge = 0.0;
-  for (int trial = 0; trial < 500; ++trial) {
-    const int n = 1 + trial % 130;
-    std::vector<float> lses(n);
-    for (float& l : lses) l = uniform() < 0.3f ? -INFINITY : (uniform() - 0.5f) * 40.f;
-    SplitCombine serial, lanes[32];
-    for (int i = 0; i < n; ++i) {
-      serial.add_lse(lses[i]);
-      lanes[i % 32].add_lse(lses[i]);
+    for (int warps : {1, 2, 4, 8}) {
+      worst = std::max(worst, combine_error<16>(lses, outs, warps));
+      worst = std::max(worst, combine_error<8>(lses, outs, warps));
     }
-    for (int offset = 16; offset > 0; offset /= 2) {
-      for (int l = 0; l < offset; ++l) lanes[l].merge(lanes[l + offset]);
-    }
-    const double diff = serial.lse() == INFINITY
-                            ? (lanes[0].lse() == INFINITY ? 0.0 : INFINITY)
-                            : std::fabs(double(lanes[0].lse()) - double(serial.lse()));
-    worst_merge = std::max(worst_merge, diff);
   }
-  CHECK(worst_merge < 1e-5, fmt("SplitCombine merged lanes vs serial fold: max LSE difference %.3g", worst_merge));
-  // Every split empty: LSE +inf, every weight 0 (the row outputs 0).
-  SplitCombine empty;
-  for (int i = 0; i < 4; ++i) empty.add_lse(-INFINITY);
-  CHECK(empty.lse() == INFINITY, "all splits empty: LSE is +inf");
-  CHECK(empty.weight(-INFINITY) == 0.f && empty.weight(0.f) == 0.f, "all splits empty: weights are 0");
+  CHECK(worst < 1e-5, fmt("SplitCombine (chunks, merged warps) vs double log-sum-exp: max error %.3g", worst));
+  // Every split empty: LSE +inf and O 0, whichever warps fold them.
+  for (int warps : {1, 2, 4}) {
+    CHECK(combine_error<16>(std::vector<float>(40, -INFINITY), std::vector<float>(40, 1.f), warps) == 0.0,
+          "all splits empty: LSE is +inf and O is 0");
+  }
   // One split: its own LSE and weight 1.
   SplitCombine one;
-  one.add_lse(3.5f);
-  CHECK(one.lse() == 3.5f && one.weight(3.5f) == 1.f, "one split passes through");
+  const float single[2] = {3.5f, -INFINITY};
+  one.add_chunk(single);
+  CHECK(one.lse() == 3.5f && one.weight(3.5f) == 1.f && one.out_scale() == 1.f, "one split passes through");
+  // Warps per row: one while a chunk holds every split, then doubling up to the CTA's warps.
+  CHECK(combine_warps_per_row(1, 16, 8) == 1 && combine_warps_per_row(16, 16, 8) == 1, "<= one chunk: one warp");
+  CHECK(combine_warps_per_row(17, 16, 8) == 2 && combine_warps_per_row(33, 16, 8) == 4, "more chunks: more warps");
+  CHECK(combine_warps_per_row(128, 16, 8) == 8 && combine_warps_per_row(128, 8, 8) == 8, "at most the CTA's warps");
 }
 
 // ----------------------------------------------------------------------------------------------
