@@ -139,13 +139,25 @@ def test_kvcache_dtypes_head_dims(dtype, d, page_size):
         _run_and_check(dtype=dtype, d=d, seqlen_q=5, causal=True, capacity=300)
 
 
-@pytest.mark.parametrize("num_splits", [0, 1, 3, 8, 128])
+@pytest.mark.parametrize("num_splits", [0, 1, 2, 3, 4, 8, 128])
 @pytest.mark.parametrize("page_size", [None, 64], ids=["dense", "page64"])
 def test_num_splits_agree(num_splits, page_size):
-    """Every split count gives a result within the accuracy rule (128 splits: many are empty)."""
+    """Every split count gives a result within the accuracy rule (128 splits: many are empty; 2 and 4
+    run as the warps of one CTA, merged in shared memory, without the combine kernel)."""
     torch.manual_seed(2)
     _run_and_check(batch=2, capacity=4096, page_size=page_size, num_splits=num_splits, seqlen_new=1,
                    cache_seqlens=torch.tensor([4000, 17], device="cuda", dtype=I32))
+
+
+@pytest.mark.parametrize("num_splits", [2, 4])
+@pytest.mark.parametrize("window_size", [(-1, -1), (70, 0)], ids=str)
+def test_warp_splits_many_rows(num_splits, window_size):
+    """Splits as the warps of one CTA with several query row blocks (GQA packs 4 heads x 9 rows into
+    36 rows: three 16-row blocks, the last partial), causal or windowed, and a sequence whose keys
+    some warps never reach (17 keys over 2-4 splits)."""
+    torch.manual_seed(5)
+    _run_and_check(batch=2, seqlen_q=9, nheads=8, nheads_k=2, capacity=2048, num_splits=num_splits, causal=True,
+                   window_size=window_size, cache_seqlens=torch.tensor([2000, 17], device="cuda", dtype=I32))
 
 
 @pytest.mark.parametrize("length", [1, 1000, 131072 - 1])

@@ -123,6 +123,45 @@ __global__ void __launch_bounds__(SplitCombineShape<kHeadDim>::kThreads)
   }
 }
 
+// The split kernel's CTA whose warps ran the splits of one query row block (split_warps): merges the
+// partial (O, LSE) that write_o_partial left in each warp's shared memory (warp i's at smem + i *
+// warp_bytes + o_offset and + lse_offset) and writes the block's O and LSE. After a barrier; warp w
+// takes rows w, w + warps, ... o: the block's first row of O; lse_out: its first LSE.
+template <class Element, int kHeadDim, int kBlockM>
+__device__ __forceinline__ void merge_warp_splits(char const* smem, int warp_bytes, int o_offset, int lse_offset,
+                                                  int warps, Element* o, index_t o_row_stride, float* lse_out,
+                                                  int rows_left, int head_dim) {
+  constexpr int kVectors = kHeadDim / 4;  // float4 columns of a row
+  using Vector = cutlass::AlignedArray<float, 4>;
+  using Out = cutlass::AlignedArray<Element, 4>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  auto part_lse = [&](int i) { return reinterpret_cast<float const*>(smem + i * warp_bytes + lse_offset); };
+  auto part_o = [&](int i) { return reinterpret_cast<Vector const*>(smem + i * warp_bytes + o_offset); };
+  for (int row = warp; row < kBlockM && row < rows_left; row += warps) {
+    float lse[kMaxSplitWarps];
+#pragma unroll
+    for (int i = 0; i < kMaxSplitWarps; ++i) lse[i] = i < warps ? part_lse(i)[row] : -INFINITY;
+    SplitCombine combine;
+    combine.add_chunk(lse);
+    if (lane == 0) lse_out[row] = combine.lse();
+    for (int vec = lane; vec < kVectors && 4 * vec < head_dim; vec += 32) {
+      Vector acc;
+      acc.fill(0.f);
+#pragma unroll
+      for (int i = 0; i < kMaxSplitWarps; ++i) {
+        if (i >= warps) break;
+        const float weight = combine.weight(lse[i]) * combine.out_scale();
+        const Vector x = part_o(i)[row * kVectors + vec];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[e] += weight * x[e];
+      }
+      Out out;
+      static_cast<cutlass::Array<Element, 4>&>(out) = cutlass::NumericArrayConverter<Element, float, 4>{}(acc);
+      reinterpret_cast<Out*>(o + row * o_row_stride)[vec] = out;
+    }
+  }
+}
+
 // grid (row groups, batch, heads), launched while the split kernel finishes (launch.h).
 template <class Element, int kHeadDim>
 cudaError_t run_split_combine(FwdParams const& params, cudaStream_t stream) {

@@ -7,6 +7,7 @@
 #include <cute/tensor.hpp>
 
 #include "block_info.h"
+#include "combine.h"
 #include "dropout.h"
 #include "fwd_epilogue.h"
 #include "kernel_traits.h"
@@ -22,9 +23,11 @@ namespace flash_attn_cute {
 using namespace cute;
 
 // Is_even_K: head_dim == kHeadDim, so no column predicates. kVariant: plain, score mods (softcap,
-// ALiBi, local windows) or dropout (params.h). Is_split: the split-KV kernel. It runs
-// split `split` of params.num_splits and writes a partial (O, LSE) for the combine kernel
-// (split_kv.h), or O and LSE themselves when num_splits is 1; it also reads paged K / V.
+// ALiBi, local windows) or dropout (params.h). Is_split: the split-KV kernel. Its warps each run
+// split `split` of params.num_splits, in their own shared memory (Traits is one warp's), and write
+// a partial (O, LSE) for the combine kernel (split_kv.h); or, when the CTA's warps hold all the
+// splits (split_warps), merge them there; or, when num_splits is 1, write O and LSE themselves. It
+// also reads paged K / V.
 template <class Traits, bool Is_causal, bool Is_even_K, bool Is_split, Variant kVariant>
 __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* smem, int m_block, int bidb,
                                               int bidh, int split) {
@@ -35,7 +38,19 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
-  const int tidx = threadIdx.x;
+  // The split kernel: this warp's lane. The modulo also tells ptxas that tidx < kNThreads, which
+  // took the plain kernel at head dim 128 from 80 spill instructions to 5 (forward 3-5 % faster).
+  const int tidx = threadIdx.x % Traits::kNThreads;
+  const int warps = Is_split ? split_warps(params.num_splits) : 1;
+  char* const smem_own = Is_split ? smem + threadIdx.x / Traits::kNThreads * Traits::kSmemBytes : smem;
+  // A split-kernel warp waits only for itself.
+  auto barrier = [] {
+    if constexpr (Is_split) {
+      __syncwarp();
+    } else {
+      __syncthreads();
+    }
+  };
 
   const BlockInfo binfo(params, bidb);
   if (m_block * kBlockM >= binfo.seqlen_q) return;
@@ -69,7 +84,7 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
                             Shape<Int<kBlockM>>{});  // (kBlockM)
 
   // Shared tiles: Q, then K, then V; O reuses Q's space in the epilogue.
-  Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), typename Traits::SmemLayoutQ{});
+  Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem_own)), typename Traits::SmemLayoutQ{});
   Tensor sK = make_tensor(sQ.data() + size(sQ), typename Traits::SmemLayoutKV{});         // (kBlockN, kHeadDim)
   Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});         // (kBlockN, kHeadDim)
   Tensor sVt = make_tensor(sV.data(), typename Traits::SmemLayoutVt{});                   // (kHeadDim, kBlockN)
@@ -158,7 +173,7 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
       clear(tSrS);
     }
     cp_async_wait<0>();
-    __syncthreads();  // K(n_block) has landed; every warp is done reading V(n_block + 1)
+    barrier();  // K(n_block) has landed; every warp is done reading V(n_block + 1)
     load_kv(tVgV, tVsV, v_ptr, params.v, n_block, is_masked);
     cp_async_fence();
     gemm_ss(tiled_mma, tSrS, tSrQ, tSrK, tSsQ, tSsK, smem_tiled_copy_Q, smem_tiled_copy_K, tidx);
@@ -168,7 +183,7 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
     }
     if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScS, int(m_start), n_block * kBlockN);
     cp_async_wait<0>();
-    __syncthreads();  // V(n_block) has landed; every warp is done reading K(n_block) and Q
+    barrier();  // V(n_block) has landed; every warp is done reading K(n_block) and Q
     if (n_block > range.n_block_min) {
       load_kv(tKgK, tKsK, k_ptr, params.k, n_block - 1, cute::false_type{});
       cp_async_fence();
@@ -221,7 +236,19 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
       shift_alibi_lse(lse, tScS, int(m_start), binfo.seqlen_q, binfo.seqlen_k, alibi_slope * params.softmax_scale);
     }
   }
-  if (Is_split && params.num_splits > 1) {
+  if (Is_split && warps > 1) {
+    // The partial goes where K and V were: (kBlockM, kHeadDim) fp32, then kBlockM LSEs.
+    constexpr int kOOffset = kBlockM * kHeadDim * sizeof(Element);
+    constexpr int kLseOffset = kOOffset + kBlockM * kHeadDim * sizeof(float);
+    static_assert(!Is_split || kLseOffset + kBlockM * sizeof(float) <= Traits::kSmemBytes);
+    __syncwarp();  // this warp is done reading K and V
+    write_o_partial<Traits>(tOrO, lse, reinterpret_cast<float*>(smem_own + kOOffset),
+                            reinterpret_cast<float*>(smem_own + kLseOffset), rows_left, tidx);
+    __syncthreads();  // every warp's partial is in shared memory
+    merge_warp_splits<Element, kHeadDim, kBlockM>(smem, Traits::kSmemBytes, kOOffset, kLseOffset, warps,
+                                                  o_ptr + m_start * params.o.row_stride, params.o.row_stride,
+                                                  gLSE.data().get(), rows_left, params.head_dim);
+  } else if (Is_split && params.num_splits > 1) {
     const index_t row0 = split * params.split_stride + binfo.lse_offset(params, bidb, bidh) + m_start;
     write_o_partial<Traits>(tOrO, lse, params.oaccum_ptr + row0 * kHeadDim, params.lseaccum_ptr + row0, rows_left,
                             tidx);
@@ -242,9 +269,12 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
   }
 }
 
-// grid: (query row blocks [x num_splits, splits slowest], batch, heads).
+// grid: (query row blocks [x CTA splits, splits slowest], batch, heads). The split kernel's CTA has
+// split_warps(num_splits) warps, each with Traits::kSmemBytes of shared memory, and num_splits /
+// that many CTA splits.
 template <class Traits, bool Is_causal, bool Is_even_K, bool Is_split, Variant kVariant>
-__global__ void __launch_bounds__(Traits::kNThreads, 1) flash_fwd_kernel(__grid_constant__ const FwdParams params) {
+__global__ void __launch_bounds__(Traits::kNThreads * (Is_split ? kMaxSplitWarps : 1), 1)
+    flash_fwd_kernel(__grid_constant__ const FwdParams params) {
   extern __shared__ __align__(128) char smem[];
   if constexpr (kVariant == Variant::kDropout) {
     // The (seed, offset) this call drew, for the backward (a CUDA graph replay draws new ones).
@@ -256,8 +286,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_fwd_kernel(__grid_
   }
   // The combine kernel (launched dependent: launch.h) may start once every split CTA is running.
   if constexpr (Is_split) allow_dependent_launch();
-  const int m_blocks = Is_split ? int(gridDim.x) / params.num_splits : int(gridDim.x);
-  const int split = Is_split ? int(blockIdx.x) / m_blocks : 0;
+  const int warps = Is_split ? split_warps(params.num_splits) : 1;
+  const int m_blocks = Is_split ? int(gridDim.x) / (params.num_splits / warps) : int(gridDim.x);
+  const int split = Is_split ? int(blockIdx.x) / m_blocks * warps + int(threadIdx.x) / Traits::kNThreads : 0;
   const int m_idx = Is_split ? int(blockIdx.x) % m_blocks : int(blockIdx.x);
   // Causal row blocks near the end of the sequence see the most keys: start them first so the
   // short ones fill the tail of the grid.

@@ -38,6 +38,15 @@ FLASH_HOST_DEVICE constexpr int num_splits_heuristic(int ctas, int slots, int n_
   return 1;
 }
 
+// Warps per split-KV CTA. A launch of two or four splits runs them as the warps of one CTA, which
+// merge their results in shared memory (merge_warp_splits, combine.h), instead of as one-warp CTAs
+// merged by the combine kernel: that kernel's launch and round trip to memory cost as much as a
+// tenth of a decode step over a short cache. Other counts keep one-warp CTAs.
+inline constexpr int kMaxSplitWarps = 4;
+FLASH_HOST_DEVICE constexpr int split_warps(int num_splits) {
+  return num_splits == 2 || num_splits == kMaxSplitWarps ? num_splits : 1;
+}
+
 // The key blocks of split `split` out of `num_splits` over a query block's range [n_block_min,
 // n_block_max): consecutive equal shares (the last ones may be short or empty). Each block keeps
 // its masked / mask-free kind: the top masked blocks of the whole range are the top blocks of the
