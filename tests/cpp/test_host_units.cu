@@ -91,6 +91,11 @@ void test_tile_table() {
     CHECK(split.block_m == 16 * split.n_warps, fmt("split tile of hdim %d: one 16-row slab per warp", kFwdHeadDims[i]));
     CHECK(4 * (fwd_smem_bytes(split, kFwdHeadDims[i]) + 1024) <= 228 * 1024,
           fmt("split tile of hdim %d: four CTAs per SM", kFwdHeadDims[i]));
+    CHECK(kMaxSplitWarps * fwd_smem_bytes(split, kFwdHeadDims[i]) <= 227 * 1024,
+          fmt("split tile of hdim %d: a CTA of kMaxSplitWarps warps fits in shared memory", kFwdHeadDims[i]));
+    // merge_warp_splits: a warp's partial (fp32 O, then LSEs) fits where its K and V were.
+    CHECK(split.block_m * kFwdHeadDims[i] * (2 + 4) + 4 * split.block_m <= fwd_smem_bytes(split, kFwdHeadDims[i]),
+          fmt("split tile of hdim %d: the warp's partial fits in its shared memory", kFwdHeadDims[i]));
   }
   CHECK_EQ(fwd_smem_bytes(fwd_split_tile_shape(128), 128), 20480, "split tile smem at hdim 128");
 
@@ -778,6 +783,10 @@ void test_split_combine() {
   const float single[2] = {3.5f, -INFINITY};
   one.add_chunk(single);
   CHECK(one.lse() == 3.5f && one.weight(3.5f) == 1.f && one.out_scale() == 1.f, "one split passes through");
+  // Two or four splits are the warps of one CTA; other counts are one-warp CTAs.
+  CHECK(split_warps(2) == 2 && split_warps(4) == 4, "2 and 4 splits: the warps of one CTA");
+  CHECK(split_warps(0) == 1 && split_warps(1) == 1 && split_warps(3) == 1 && split_warps(8) == 1 &&
+            split_warps(128) == 1, "other split counts: one-warp CTAs");
   // Warps per row: one while a chunk holds every split, then doubling up to the CTA's warps.
   CHECK(combine_warps_per_row(1, 16, 8) == 1 && combine_warps_per_row(16, 16, 8) == 1, "<= one chunk: one warp");
   CHECK(combine_warps_per_row(17, 16, 8) == 2 && combine_warps_per_row(33, 16, 8) == 4, "more chunks: more warps");
