@@ -34,9 +34,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kSlot = Traits::kSmemQElems;
-  // The modulo tells ptxas that tidx < kNThreads (spill instructions at head dim 128 with score
-  // mods: 17 -> 0; head dim 64 with score mods: 53 -> 7), as in the forward.
-  const int tidx = threadIdx.x % Traits::kNThreads;
+  const int tidx = threadIdx.x;
 
   // The plain kernels see the right edge (causal or none) as a compile-time constant; the causal
   // ones take a left window at run time.
