@@ -147,7 +147,7 @@ std::vector<at::Tensor> choose_splits(FwdParams& params, Problem const& p, at::T
                             ? 1
                             : num_splits_heuristic(int(std::min<int64_t>(ctas, 1 << 30)), slots, n_blocks, kMaxSplits);
   }
-  if (params.num_splits / split_warps(params.num_splits) <= 1) return {};  // merged within the CTA
+  if (split_ctas(params.num_splits) <= 1) return {};  // merged within the CTA
   params.split_stride = lse.numel();
   at::Tensor lseaccum = at::empty({params.num_splits, params.split_stride}, lse.options());
   at::Tensor oaccum = at::empty({params.num_splits, params.split_stride, kernel_head_dim}, lse.options());

@@ -29,6 +29,15 @@ struct SplitCombineShape {
   static int warps_per_row(int num_splits) { return combine_warps_per_row(num_splits, kChunk, kWarps); }
 };
 
+// Stores four fp32 values of an O row, converted to Element, at its float4 column vec.
+template <class Element>
+__device__ __forceinline__ void store_vector(Element* row, int vec, cutlass::AlignedArray<float, 4> const& x) {
+  using Out = cutlass::AlignedArray<Element, 4>;
+  Out out;
+  static_cast<cutlass::Array<Element, 4>&>(out) = cutlass::NumericArrayConverter<Element, float, 4>{}(x);
+  reinterpret_cast<Out*>(row)[vec] = out;
+}
+
 // kHeadDim: the split kernel's, the row width of oaccum (a template argument because tile_size.h's
 // tables are host data: a device read of them is undefined; nvcc once compiled one into an endless
 // loop here). warps_per_row: SplitCombineShape::warps_per_row(params.num_splits).
@@ -106,7 +115,6 @@ __global__ void __launch_bounds__(SplitCombineShape<kHeadDim>::kThreads)
   }
   if (!has_row) return;
   if (lane == 0) params.softmax_lse_ptr[row] = combine.lse();
-  using Out = cutlass::AlignedArray<Element, 4>;
   Element* o_row = static_cast<Element*>(params.o.ptr) + binfo.q_offset(params.o, bidb, bidh) +
                    index_t(r) * params.o.row_stride;
   const float out_scale = combine.out_scale();
@@ -117,9 +125,7 @@ __global__ void __launch_bounds__(SplitCombineShape<kHeadDim>::kThreads)
     Vector o;
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[e] = acc[v][e] * out_scale;
-    Out out;
-    static_cast<cutlass::Array<Element, 4>&>(out) = cutlass::NumericArrayConverter<Element, float, 4>{}(o);
-    reinterpret_cast<Out*>(o_row)[vec] = out;
+    store_vector(o_row, vec, o);
   }
 }
 
@@ -133,7 +139,6 @@ __device__ __forceinline__ void merge_warp_splits(char const* smem, int warp_byt
                                                   int rows_left, int head_dim) {
   constexpr int kVectors = kHeadDim / 4;  // float4 columns of a row
   using Vector = cutlass::AlignedArray<float, 4>;
-  using Out = cutlass::AlignedArray<Element, 4>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   auto part_lse = [&](int i) { return reinterpret_cast<float const*>(smem + i * warp_bytes + lse_offset); };
   auto part_o = [&](int i) { return reinterpret_cast<Vector const*>(smem + i * warp_bytes + o_offset); };
@@ -144,20 +149,20 @@ __device__ __forceinline__ void merge_warp_splits(char const* smem, int warp_byt
     SplitCombine combine;
     combine.add_chunk(lse);
     if (lane == 0) lse_out[row] = combine.lse();
+    float weight[kMaxSplitWarps];  // each warp's share of the row, normalised
+#pragma unroll
+    for (int i = 0; i < kMaxSplitWarps; ++i) weight[i] = combine.weight(lse[i]) * combine.out_scale();
     for (int vec = lane; vec < kVectors && 4 * vec < head_dim; vec += 32) {
       Vector acc;
       acc.fill(0.f);
 #pragma unroll
       for (int i = 0; i < kMaxSplitWarps; ++i) {
         if (i >= warps) break;
-        const float weight = combine.weight(lse[i]) * combine.out_scale();
         const Vector x = part_o(i)[row * kVectors + vec];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[e] += weight * x[e];
+        for (int e = 0; e < 4; ++e) acc[e] += weight[i] * x[e];
       }
-      Out out;
-      static_cast<cutlass::Array<Element, 4>&>(out) = cutlass::NumericArrayConverter<Element, float, 4>{}(acc);
-      reinterpret_cast<Out*>(o + row * o_row_stride)[vec] = out;
+      store_vector(o + row * o_row_stride, vec, acc);
     }
   }
 }

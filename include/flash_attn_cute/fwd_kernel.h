@@ -26,11 +26,11 @@ using namespace cute;
 // ALiBi, local windows) or dropout (params.h). Is_split: the split-KV kernel. Its warps each run
 // split `split` of params.num_splits, in their own shared memory (Traits is one warp's), and write
 // a partial (O, LSE) for the combine kernel (split_kv.h); or, when the CTA's warps hold all the
-// splits (split_warps), merge them there; or, when num_splits is 1, write O and LSE themselves. It
-// also reads paged K / V.
+// splits (split_warps: `warps`, 1 outside the split kernel), merge them there; or, when num_splits
+// is 1, write O and LSE themselves. It also reads paged K / V.
 template <class Traits, bool Is_causal, bool Is_even_K, bool Is_split, Variant kVariant>
 __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* smem, int m_block, int bidb,
-                                              int bidh, int split) {
+                                              int bidh, int split, int warps) {
   constexpr bool Has_mods = kVariant != Variant::kPlain;
   constexpr bool Is_dropout = kVariant == Variant::kDropout;
   static_assert(!(Is_dropout && Is_split), "the split-KV kernel has no dropout");
@@ -41,7 +41,6 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
   // The split kernel: this warp's lane. The modulo also tells ptxas that tidx < kNThreads, which
   // took the plain kernel at head dim 128 from 80 spill instructions to 5 (forward 3-5 % faster).
   const int tidx = threadIdx.x % Traits::kNThreads;
-  const int warps = Is_split ? split_warps(params.num_splits) : 1;
   char* const smem_own = Is_split ? smem + threadIdx.x / Traits::kNThreads * Traits::kSmemBytes : smem;
   // A split-kernel warp waits only for itself.
   auto barrier = [] {
@@ -270,8 +269,8 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
 }
 
 // grid: (query row blocks [x CTA splits, splits slowest], batch, heads). The split kernel's CTA has
-// split_warps(num_splits) warps, each with Traits::kSmemBytes of shared memory, and num_splits /
-// that many CTA splits.
+// split_warps(num_splits) warps, each with Traits::kSmemBytes of shared memory, and split_ctas(num_splits)
+// CTA splits.
 template <class Traits, bool Is_causal, bool Is_even_K, bool Is_split, Variant kVariant>
 __global__ void __launch_bounds__(Traits::kNThreads * (Is_split ? kMaxSplitWarps : 1), 1)
     flash_fwd_kernel(__grid_constant__ const FwdParams params) {
@@ -287,14 +286,14 @@ __global__ void __launch_bounds__(Traits::kNThreads * (Is_split ? kMaxSplitWarps
   // The combine kernel (launched dependent: launch.h) may start once every split CTA is running.
   if constexpr (Is_split) allow_dependent_launch();
   const int warps = Is_split ? split_warps(params.num_splits) : 1;
-  const int m_blocks = Is_split ? int(gridDim.x) / (params.num_splits / warps) : int(gridDim.x);
+  const int m_blocks = Is_split ? int(gridDim.x) / split_ctas(params.num_splits) : int(gridDim.x);
   const int split = Is_split ? int(blockIdx.x) / m_blocks * warps + int(threadIdx.x) / Traits::kNThreads : 0;
   const int m_idx = Is_split ? int(blockIdx.x) % m_blocks : int(blockIdx.x);
   // Causal row blocks near the end of the sequence see the most keys: start them first so the
   // short ones fill the tail of the grid.
   const int m_block = Is_causal ? m_blocks - 1 - m_idx : m_idx;
   fwd_row_block<Traits, Is_causal, Is_even_K, Is_split, kVariant>(params, smem, m_block, blockIdx.y, blockIdx.z,
-                                                                  split);
+                                                                  split, warps);
 }
 
 }  // namespace flash_attn_cute

@@ -21,14 +21,14 @@ cudaError_t launch_fwd_kernel(FwdParams const& params, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
   }
   const int m_blocks = ceil_div(params.seqlen_q, Traits::kBlockM);
-  const dim3 grid(m_blocks * (kIsSplit ? params.num_splits / warps : 1), params.batch, params.heads);
+  const dim3 grid(m_blocks * (kIsSplit ? split_ctas(params.num_splits) : 1), params.batch, params.heads);
   kernel<<<grid, Traits::kNThreads * warps, smem_bytes, stream>>>(params);
   return cudaPeekAtLastError();
 }
 
 // The split-KV kernel where params.uses_split_kernel(), then the combine when its CTAs hold more
 // than one split (params.oaccum_ptr / lseaccum_ptr hold num_splits * split_stride rows, allocated by
-// the caller; split_kv.h's split_warps).
+// the caller; split_kv.h's split_ctas).
 // Dropout (training) never takes the split-KV kernel: its instantiations have none.
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_fwd(FwdParams const& params, cudaStream_t stream) {
@@ -42,7 +42,7 @@ cudaError_t run_fwd(FwdParams const& params, cudaStream_t stream) {
   } else {
     using SplitTraits = FwdKernelTraits<kHeadDim, kIsCausal, Element, true>;
     const cudaError_t err = launch_fwd_kernel<SplitTraits, kIsCausal, kIsEvenK, true, kVariant>(params, stream);
-    if (err != cudaSuccess || params.num_splits / split_warps(params.num_splits) <= 1) return err;
+    if (err != cudaSuccess || split_ctas(params.num_splits) <= 1) return err;
     return run_split_combine<Element, kHeadDim>(params, stream);
   }
 }

@@ -47,6 +47,10 @@ FLASH_HOST_DEVICE constexpr int split_warps(int num_splits) {
   return num_splits == 2 || num_splits == kMaxSplitWarps ? num_splits : 1;
 }
 
+// The CTAs that share one query row block's splits: its num_splits / split_warps(num_splits) CTA
+// splits. Only a launch with more than one has partials for the combine kernel to merge.
+FLASH_HOST_DEVICE constexpr int split_ctas(int num_splits) { return num_splits / split_warps(num_splits); }
+
 // The key blocks of split `split` out of `num_splits` over a query block's range [n_block_min,
 // n_block_max): consecutive equal shares (the last ones may be short or empty). Each block keeps
 // its masked / mask-free kind: the top masked blocks of the whole range are the top blocks of the

@@ -787,6 +787,8 @@ void test_split_combine() {
   CHECK(split_warps(2) == 2 && split_warps(4) == 4, "2 and 4 splits: the warps of one CTA");
   CHECK(split_warps(0) == 1 && split_warps(1) == 1 && split_warps(3) == 1 && split_warps(8) == 1 &&
             split_warps(128) == 1, "other split counts: one-warp CTAs");
+  CHECK(split_ctas(2) == 1 && split_ctas(4) == 1 && split_ctas(3) == 3 && split_ctas(128) == 128,
+        "CTA splits: none past the warps of one CTA");
   // Warps per row: one while a chunk holds every split, then doubling up to the CTA's warps.
   CHECK(combine_warps_per_row(1, 16, 8) == 1 && combine_warps_per_row(16, 16, 8) == 1, "<= one chunk: one warp");
   CHECK(combine_warps_per_row(17, 16, 8) == 2 && combine_warps_per_row(33, 16, 8) == 4, "more chunks: more warps");
