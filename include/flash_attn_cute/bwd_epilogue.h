@@ -26,12 +26,10 @@ __device__ __forceinline__ void atomic_add_pair(float* ptr, float a, float b) {
 #endif
 }
 
-// Spins until *semaphore == value. One thread of the CTA calls it; the others wait at a barrier.
-__device__ __forceinline__ void wait_for(int const* semaphore, int value) {
-  int seen;
-  do {
-    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(semaphore) : "memory");
-  } while (seen != value);
+__device__ __forceinline__ int load_acquire(int const* ptr) {
+  int value;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(value) : "l"(ptr) : "memory");
+  return value;
 }
 
 // Adds a CTA's (kBlockM, kHeadDim) dQ tiles into the fp32 accumulator, one per query row block,
@@ -44,13 +42,20 @@ __device__ __forceinline__ void wait_for(int const* semaphore, int value) {
 // bulk reduction per warp from a shared-memory staging tile; 1.06x at 256, against 0.92x with the
 // atomics in the MMA layout's rows.)
 // Deterministic (a counter per (batch, head, row block) that holds the key block whose turn it is,
-// block_info.h): a tile is added once the row block's counter names this CTA's key block, and the
-// turn is handed on at the next CTA-wide barrier, when every thread's additions are done, so that
-// no thread waits for its own. What to hand on lives in shared memory (thread 0 writes and reads
-// it): registers are what the backward is short of, and the order costs none in the main loop.
+// block_info.h): thread 0 reads the row block's counter at the start of the step (poll_turn), so
+// that only its warp stalls on the round trip to memory while the other warps compute, and waits
+// for the turn (wait_turn) only if it had not come yet, at the last barrier before the add (which
+// orders the wait before every thread's additions); waiting at the start of the step would make
+// each key block trail the one it waits for by a hand-on, and the last of a chain of them trail by
+// all. The turn is handed on at the next barrier after the add, when every thread's additions are
+// done, so that no thread waits for its own. The counters live in shared memory (thread 0 writes
+// and reads them): registers are what the backward is short of, and the order costs none in the
+// main loop.
 struct DqHandOn {
+  int* turn;     // the counter of the row block this step adds to (poll_turn), or nullptr
+  int seen;      // what poll_turn read from it
+  int next;      // the key block each tile passes the turn to (dq_next_key_block)
   int* pending;  // the counter of the tile added since the last barrier, or nullptr
-  int next;      // the key block it passes the turn to (dq_next_key_block)
 };
 
 template <int kBlockM, int kHeadDim, int kNWarps>
@@ -60,21 +65,32 @@ struct DqAccumulator {
 
   // Before the first barrier. next: the key block each of this CTA's tiles hands the turn to.
   __device__ __forceinline__ void init(int next) {
-    if (threadIdx.x == 0) *hand_on = DqHandOn{nullptr, next};
+    if (threadIdx.x == 0) *hand_on = DqHandOn{nullptr, 0, next, nullptr};
+  }
+
+  // semaphore: nullptr, or the row block's counter, which reads n_block when this CTA's tile is
+  // next. After the barrier that handed on the previous tile.
+  __device__ __forceinline__ void poll_turn(int* semaphore) {
+    if (threadIdx.x != 0) return;
+    hand_on->turn = semaphore;
+    if (semaphore != nullptr) hand_on->seen = load_acquire(semaphore);
+  }
+
+  // Before the barrier that precedes add: spins until the counter reads n_block.
+  __device__ __forceinline__ void wait_turn(int n_block) {
+    if (threadIdx.x != 0 || hand_on->turn == nullptr) return;
+    if (hand_on->seen == n_block) return;
+    while (load_acquire(hand_on->turn) != n_block) {
+    }
   }
 
   // tdQrdQ: (MMA, MMA_M, MMA_K) accumulator. gdQaccum: the tile's first float, all rows existing
-  // (rows past seqlen_q add 0). semaphore: nullptr, or the row block's counter, which reads n_block
-  // when this CTA's tile is next. A barrier() has passed since the last add.
+  // (rows past seqlen_q add 0). After wait_turn, then a barrier().
   template <class TensorAcc>
-  __device__ __forceinline__ void add(TensorAcc const& tdQrdQ, float* gdQaccum, int* semaphore, int n_block) {
-    if (semaphore != nullptr) {
-      if (threadIdx.x == 0) wait_for(semaphore, n_block);
-      __syncthreads();
-    }
+  __device__ __forceinline__ void add(TensorAcc const& tdQrdQ, float* gdQaccum) {
 #pragma unroll
     for (int i = 0; i < size(tdQrdQ); i += 2) atomic_add_pair(fragment_pair(gdQaccum, i), tdQrdQ(i), tdQrdQ(i + 1));
-    if (threadIdx.x == 0) hand_on->pending = semaphore;
+    if (threadIdx.x == 0) hand_on->pending = hand_on->turn;
   }
 
   // Where the pair (i, i + 1) (i even) of this thread's fragment lives in the accumulator tile that
@@ -85,13 +101,12 @@ struct DqAccumulator {
   }
 
   // A CTA-wide barrier (__syncthreads) that hands on the turn of a tile added before it: every
-  // thread's additions happen before thread 0's release (the barrier orders them, the fence is
-  // cumulative), so the next key block's CTA sees them all once it sees its turn.
+  // thread's additions happen before thread 0's release store (the barrier orders them, the
+  // release is cumulative), so the next key block's CTA sees them all once it sees its turn.
   __device__ __forceinline__ void barrier() {
     __syncthreads();
     if (threadIdx.x == 0 && hand_on->pending != nullptr) {
-      __threadfence();
-      atomicExch(hand_on->pending, hand_on->next);
+      asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(hand_on->pending), "r"(hand_on->next) : "memory");
       hand_on->pending = nullptr;
     }
   }

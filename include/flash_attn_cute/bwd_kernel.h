@@ -183,6 +183,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     cp_async_wait<0>();
     // Q, dO, LSE, D of this block have landed; every warp is done with the other slot, P and dS.
     dq_accum.barrier();
+    dq_accum.poll_turn(params.deterministic ? dq_semaphore_at(params, bidb, bidh, m_block, kBlockM) : nullptr);
     if (has_next) load_q_lse_d(next_bidh, next_m_block, slot ^ 1);
     // This thread's rows of LSE (in log2 units) and D. Rows past seqlen_q get LSE = +inf: P = 0.
     Tensor lse_log2 = make_tensor<float>(Shape<Int<kRows>>{});
@@ -235,16 +236,16 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     Tensor rdS = convert_type<Element>(tdPrdP);
     copy(copy_pds, copy_pds.get_thread_slice(tidx).retile_S(rP), tPsP);
     copy(copy_pds, copy_pds.get_thread_slice(tidx).retile_S(rdS), tdSsdS);
+    dq_accum.wait_turn(n_block);
     dq_accum.barrier();  // P and dS are in shared memory
 
     gemm_ss(mma_dkv, acc_dv, tdVrPt, tdVrdOt, tdVsPt, in_slot(tdVsdOt, slot, kSlot), copy_dkv_A, copy_dkv_B, tidx);
     Tensor acc_dq = partition_fragment_C(mma_dq, tile_mk);  // (MMA, MMA_M, MMA_K)
     clear(acc_dq);
     gemm_ss(mma_dq, acc_dq, tdQrdS, tdQrKt, tdQsdS, tdQsKt, copy_dq_A, copy_dq_B, tidx);
-    int* semaphore = params.deterministic ? dq_semaphore_at(params, bidb, bidh, m_block, kBlockM) : nullptr;
     float* gdQaccum = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
                       m_start * params.dq_accum_row_stride;
-    dq_accum.add(acc_dq, gdQaccum, semaphore, n_block);
+    dq_accum.add(acc_dq, gdQaccum);
     gemm_ss(mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, in_slot(tdKsQt, slot, kSlot), copy_dkv_A, copy_dkv_B, tidx);
   };
 

@@ -75,7 +75,7 @@ struct BwdKernelTraits {
   static constexpr int kSmemPdSElems = cosize_v<SmemLayoutPdS>;
   static constexpr int kSmemLseDOffset = (4 * kSmemQElems + 2 * kSmemKVElems + 2 * kSmemPdSElems) * sizeof(Element);
   static constexpr int kSmemDQHandOnOffset = kSmemLseDOffset + 2 * 2 * kBlockM * int(sizeof(float));
-  static constexpr int kSmemDQHandOnBytes = 2 * int(sizeof(int*));  // a pointer and an int, padded
+  static constexpr int kSmemDQHandOnBytes = 3 * int(sizeof(int*));  // two pointers and two ints
   static constexpr int kSmemBytes = kSmemDQHandOnOffset + kSmemDQHandOnBytes;
   static_assert(kSmemBytes <= 227 * 1024, "backward tiles exceed the shared memory of one SM");
   static_assert(2 * kBlockM <= kNThreads, "one thread per row loads its LSE, one its D");
