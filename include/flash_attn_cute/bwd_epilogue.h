@@ -126,7 +126,7 @@ __device__ __forceinline__ void write_kv_tile(TiledMma const& tiled_mma, TensorA
       tiled_mma, convert_type<Element>(acc), sTmp, gOut, rows_left, head_dim, tidx);
 }
 
-// dQ = score_scale * dQ accumulator, from tiles added in fragment order (DqAccumulator). grid
+// dQ = ds_scale() * dQ accumulator, from tiles added in fragment order (DqAccumulator). grid
 // (ceil_div(seqlen_q, kBlockM), batch, heads), Traits::kNThreads threads: thread t reads back the
 // pairs its namesake added in the main kernel and learns their (row, col) from the same dQ MMA
 // partition.
@@ -148,11 +148,12 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   auto tile_mk = Shape<Int<kBlockM>, Int<Traits::kHeadDim>>{};
   Tensor tdQcdQ = mma_dq.get_thread_slice(threadIdx.x).partition_C(make_identity_tensor(tile_mk));  // (MMA, MMA_M, MMA_K)
   Tensor acc = partition_fragment_C(mma_dq, tile_mk);                                               // (MMA, MMA_M, MMA_K)
+  const float ds_scale = params.ds_scale();
 #pragma unroll
   for (int i = 0; i < size(acc); i += 2) {
     const float2 pair = *reinterpret_cast<float2 const*>(DqAccum::fragment_pair(tile, i));
-    acc(i) = pair.x * params.score_scale;
-    acc(i + 1) = pair.y * params.score_scale;
+    acc(i) = pair.x * ds_scale;
+    acc(i + 1) = pair.y * ds_scale;
   }
   for_each_acc_pair(acc, tdQcdQ, [&](int row, int col, float a, float b) {
     if (row < rows_left && col < params.head_dim) {

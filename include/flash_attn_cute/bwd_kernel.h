@@ -4,7 +4,7 @@
 //   S = Q K^T, P = exp2(S * scale * log2(e) - LSE * log2(e))   (recomputed from the forward's LSE)
 //   dP = dO V^T, dS = P * (dP - D)                              (D = rowsum(dO * O), preprocessed)
 //   dV += P^T dO, dK += dS^T Q,  dQaccum += dS K                (fp32 reductions: bwd_epilogue.h)
-// (with dropout, P and dP are masked and scaled first: see bwd_step).
+// (with dropout, P carries the mask in its sign: see bwd_step).
 // Q and dO are double-buffered: the next row block loads during this one. The causal diagonal and
 // a key block past seqlen_k run the masked step; the rest run mask-free, with the same body.
 #pragma once
@@ -170,10 +170,10 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
 
   const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
   constexpr int kRows = decltype(size<0>(tScS_rc))::value;
-  // Dropout: the forward's mask, redrawn from its rng_state; one bit per S entry of this thread.
+  // Dropout: the forward's mask, redrawn from its rng_state.
   [[maybe_unused]] DropoutRng dropout_rng(0, 0, 0);
   if constexpr (Is_dropout) dropout_rng = make_dropout_rng(params.dropout);
-  constexpr int kKeepWords = (decltype(size(tScS))::value + 31) / 32;
+  [[maybe_unused]] const float keep_prob = 1.f - params.dropout.p;
 
   // One query row block of query head bidh. On entry its Q, dO, LSE and D are in flight into
   // `slot`; the next row block (if any) starts loading into the other slot.
@@ -194,6 +194,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
       const bool in_seq = m_start + row < binfo.seqlen_q;
       lse_log2(mi) = in_seq ? sLseD[slot * 2 * kBlockM + row] * float(M_LOG2E) : INFINITY;
       dsum(mi) = in_seq ? sLseD[slot * 2 * kBlockM + kBlockM + row] : 0.f;
+      if constexpr (Is_dropout) dsum(mi) *= keep_prob;
     }
 
     Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
@@ -213,26 +214,31 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScS, m_start, int(n_start));
     Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
     probs_from_lse(tSrS_rc, lse_log2, params.softmax_scale_log2);
-    [[maybe_unused]] uint32_t keep_bits[kKeepWords];
+    // With dropout, O = (P * Z) V with Z = keep / (1 - p): dS = P * (Z * dP - D), dV += (P * Z)^T dO.
+    // The kernel forms dS' = P * (keep * dP - (1 - p) D) and dV' += (P * keep)^T dO, and the
+    // epilogues scale dK, dQ and dV by the 1 / (1 - p) left out (BwdParams::ds_scale, dv_scale).
     if constexpr (Is_dropout) {
-      dropout_keep_bits(keep_bits, dropout_rng, tScS, uint32_t(bidb * params.heads + bidh), m_start, int(n_start));
+      negate_dropped(tSrS, dropout_rng, tScS, uint32_t(bidb * params.heads + bidh), m_start, int(n_start));
     }
     Tensor tdPrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
     clear(tdPrdP);
     gemm_ss(mma_sdp, tdPrdP, tdPrdO, tdPrV, in_slot(tdPsdO, slot, kSlot), tdPsV, copy_sdp_A, copy_sdp_B, tidx);
-    // With dropout, O = (P * Z) V with Z = keep / (1 - p): dS = P * (Z * dP - D), dV += (P * Z)^T dO.
-    if constexpr (Is_dropout) scale_kept(tdPrdP, keep_bits, params.dropout.rp);
     Tensor tdPrdP_rc = make_tensor(tdPrdP.data(), acc_layout_rowcol(tdPrdP.layout()));  // (rows, cols)
-    dscores(tdPrdP_rc, tSrS_rc, dsum);
+    if constexpr (Is_dropout) {
+      dscores_dropout(tdPrdP_rc, tSrS_rc, dsum);
+    } else {
+      dscores(tdPrdP_rc, tSrS_rc, dsum);
+    }
     if constexpr (Has_mods) {
       if (params.softcap > 0.f) {
         // Through the cap: dS *= 1 - tanh^2, tanh recovered from P.
-        softcap_dscores(tdPrdP_rc, tSrS_rc, lse_log2, params.softmax_scale_log2, tScS, m_start, int(n_start),
-                        binfo.seqlen_q, binfo.seqlen_k, alibi_causal_form(window), alibi_slope);
+        softcap_dscores<Is_dropout>(tdPrdP_rc, tSrS_rc, lse_log2, params.softmax_scale_log2, tScS, m_start,
+                                    int(n_start), binfo.seqlen_q, binfo.seqlen_k, alibi_causal_form(window),
+                                    alibi_slope);
       }
     }
-    if constexpr (Is_dropout) scale_kept(tSrS, keep_bits, params.dropout.rp);
     Tensor rP = convert_type<Element>(tSrS);
+    if constexpr (Is_dropout) relu_pairs(rP);
     Tensor rdS = convert_type<Element>(tdPrdP);
     copy(copy_pds, copy_pds.get_thread_slice(tidx).retile_S(rP), tPsP);
     copy(copy_pds, copy_pds.get_thread_slice(tidx).retile_S(rdS), tdSsdS);
@@ -292,8 +298,8 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   dq_accum.barrier();
   Tensor gdK = k_side_tile(params.dk);
   Tensor gdV = k_side_tile(params.dv);
-  write_kv_tile<Traits, Is_even_K>(mma_dkv, acc_dk, params.score_scale, sK, gdK, keys_left, params.head_dim, tidx);
-  write_kv_tile<Traits, Is_even_K>(mma_dkv, acc_dv, 1.f, sV, gdV, keys_left, params.head_dim, tidx);
+  write_kv_tile<Traits, Is_even_K>(mma_dkv, acc_dk, params.ds_scale(), sK, gdK, keys_left, params.head_dim, tidx);
+  write_kv_tile<Traits, Is_even_K>(mma_dkv, acc_dv, params.dv_scale(), sV, gdV, keys_left, params.head_dim, tidx);
 }
 
 // The grid's order. Key-block-major, (KV heads, batch, key blocks): causal key block 0 sees the

@@ -146,69 +146,61 @@ __device__ __forceinline__ void for_each_dropout_word(DropoutRng const& rng, Coo
   }
 }
 
-// Calls keep_fn(value index, m, n, keep) for every entry of the fragment.
-template <class Coords, class Fn>
-__device__ __forceinline__ void for_each_dropout_keep(DropoutRng const& rng, Coords const& tScS, uint32_t bh, int row0,
-                                                      int col0, Fn&& keep_fn) {
-  for_each_dropout_word(rng, tScS, bh, row0, col0, [&](int m, int n, uint32_t word) {
-#pragma unroll
-    for (int v = 0; v < 4; ++v) keep_fn(v, m, n, rng.keep_byte(word, v));
-  });
-}
-
-// Backward: one bit per entry of the fragment (bit e of word e / 32, e its flat index), for both
-// dP and P.
-template <int kWords, class Coords>
-__device__ __forceinline__ void dropout_keep_bits(uint32_t (&bits)[kWords], DropoutRng const& rng,
-                                                  Coords const& tScS, uint32_t bh, int row0, int col0) {
-  constexpr int kMmaM = decltype(cute::size<1>(tScS))::value;
-  static_assert(kWords * 32 >= 4 * kMmaM * decltype(cute::size<2>(tScS))::value);
-#pragma unroll
-  for (int i = 0; i < kWords; ++i) bits[i] = 0;
-  for_each_dropout_keep(rng, tScS, bh, row0, col0, [&](int v, int m, int n, bool keep) {
-    const int e = v + 4 * (m + kMmaM * n);
-    bits[e / 32] |= uint32_t(keep) << (e % 32);
-  });
-}
-
-// The accumulator fragment's flat index, as dropout_keep_bits numbers it.
-template <class Frag>
-__device__ __forceinline__ bool is_kept(uint32_t const* bits, int v, int m, int n) {
-  const int e = v + 4 * (m + decltype(cute::size<1>(Frag{}))::value * n);
-  return (bits[e / 32] >> (e % 32)) & 1u;
+// Bytes 2h and 2h + 1 of a word widened to 16-bit lanes, plus 0x8000 - threshold each: a lane's bit
+// 15 is set exactly when its byte is >= threshold (dropped), with no carry between the lanes.
+__device__ __forceinline__ uint32_t dropped_lanes(uint32_t word, int h, uint32_t threshold) {
+  return byte_perm(word, h == 0 ? 0x4140u : 0x4342u) + (0x8000u - threshold) * 0x10001u;
 }
 
 // Forward: the dropped entries of P (16-bit elements, the S fragment's layout) become 0; the row
 // sums already hold them, and O is scaled by 1 / (1 - p) at the end. Entries v = 0, 1 of a block
-// share one 32-bit register, as do v = 2, 3: their two bytes of the word widen to 16-bit lanes, and
-// adding 0x8000 - threshold to each lane sets its bit 15 exactly when the byte is >= threshold
-// (dropped; no carry between lanes), which prmt's sign mode spreads over the lane.
+// share one 32-bit register, as do v = 2, 3: prmt's sign mode spreads each lane's bit 15 over the lane.
 template <class Frag, class Coords>
 __device__ __forceinline__ void zero_dropped(Frag& x, DropoutRng const& rng, Coords const& tScS, uint32_t bh, int row0,
                                              int col0) {
   static_assert(sizeof(typename Frag::value_type) == 2);
   static_assert(decltype(cute::stride<0, 0>(x.layout()))::value == 1 &&
                 decltype(cute::stride<0, 1>(x.layout()))::value == 2);
-  const uint32_t bias = (0x8000u - rng.threshold) * 0x10001u;
   for_each_dropout_word(rng, tScS, bh, row0, col0, [&](int m, int n, uint32_t word) {
     uint32_t* pairs = reinterpret_cast<uint32_t*>(&x(0, m, n));
 #pragma unroll
+    for (int h = 0; h < 2; ++h) pairs[h] &= ~byte_perm(dropped_lanes(word, h, rng.threshold), 0xBB99u);
+  });
+}
+
+// Backward: P = -P at the dropped entries of an fp32 fragment of S's shape ((2, 2), MMA_M, MMA_N).
+// The sign carries the mask past the dP GEMM, with no register: dscores_dropout then forms
+// dS = max(P, 0) dP - |P| D, and max(P, 0) is the P * keep that dV takes (relu_pairs).
+// prmt's sign mode spreads a lane's bit 15 over a whole word, of which P takes the sign bit.
+template <class Frag, class Coords>
+__device__ __forceinline__ void negate_dropped(Frag& x, DropoutRng const& rng, Coords const& tScS, uint32_t bh,
+                                               int row0, int col0) {
+  static_assert(sizeof(typename Frag::value_type) == 4);
+  for_each_dropout_word(rng, tScS, bh, row0, col0, [&](int m, int n, uint32_t word) {
+#pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const uint32_t lanes = byte_perm(word, h == 0 ? 0x4140u : 0x4342u) + bias;  // bytes 2h, 2h + 1 widened
-      pairs[h] &= ~byte_perm(lanes, 0xBB99u);  // bit 15 of each lane over the lane
+      const uint32_t lanes = dropped_lanes(word, h, rng.threshold);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& v = x(2 * h + e, m, n);
+        v = __uint_as_float(__float_as_uint(v) ^ (byte_perm(lanes, e == 0 ? 0x9999u : 0xBBBBu) & 0x80000000u));
+      }
     }
   });
 }
 
-// x = keep ? x * scale : 0 over a fragment, with the bits of dropout_keep_bits.
-template <int kWords, class Frag>
-__device__ __forceinline__ void scale_kept(Frag& x, uint32_t const (&bits)[kWords], float scale) {
+// x = max(x, 0) over a fragment of 16-bit floats, two at a time (the backward's P * keep for dV).
+template <class Frag>
+__device__ __forceinline__ void relu_pairs(Frag& x) {
+  using T = typename Frag::value_type;
+  static_assert(sizeof(T) == 2 && cute::size(Frag{}) % 2 == 0);
+  uint32_t* pairs = reinterpret_cast<uint32_t*>(x.data());
 #pragma unroll
-  for (int n = 0; n < cute::size<2>(x); ++n) {
-#pragma unroll
-    for (int m = 0; m < cute::size<1>(x); ++m) {
-#pragma unroll
-      for (int v = 0; v < 4; ++v) x(v, m, n) = is_kept<Frag>(bits, v, m, n) ? x(v, m, n) * scale : 0.f;
+  for (int i = 0; i < cute::size(x) / 2; ++i) {
+    if constexpr (std::is_same_v<T, cutlass::bfloat16_t>) {
+      asm("max.bf16x2 %0, %1, %2;" : "=r"(pairs[i]) : "r"(pairs[i]), "r"(0u));
+    } else {
+      asm("max.f16x2 %0, %1, %2;" : "=r"(pairs[i]) : "r"(pairs[i]), "r"(0u));
     }
   }
 }

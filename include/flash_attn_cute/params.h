@@ -172,6 +172,12 @@ struct BwdParams : FwdParams {
   // key blocks walk their row blocks rotated and each row block takes their dQ tiles in the order
   // they reach it (dq_rotated, block_info.h), so none waits for another in the steady state.
   bool dq_rotate = false;
+
+  // The epilogues' scales: dQ = ds_scale() dS K, dK = ds_scale() dS^T Q, dV = dv_scale() P^T dO
+  // with the main loop's dS (the logits' gradient, which score_scale makes that of q.k) and P.
+  // With dropout the main loop leaves the 1 / (1 - p) of the kept entries out of both (bwd_kernel.h).
+  FLASH_PARAMS_HOST_DEVICE float ds_scale() const { return score_scale * dropout.rp; }
+  FLASH_PARAMS_HOST_DEVICE float dv_scale() const { return dropout.rp; }
 };
 
 }  // namespace flash_attn_cute

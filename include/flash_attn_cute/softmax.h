@@ -113,18 +113,32 @@ __device__ __forceinline__ void dscores(TensordP& tdPrdP_rc, TensorP const& tSrP
   }
 }
 
+// The same with dropout, P negated where dropped (negate_dropped): dS = max(P, 0) dP - |P| D, which
+// is P * (keep * dP - D).
+template <class TensordP, class TensorP, class TensorRow>
+__device__ __forceinline__ void dscores_dropout(TensordP& tdPrdP_rc, TensorP const& tSrP_rc, TensorRow const& dsum) {
+#pragma unroll
+  for (int mi = 0; mi < size<0>(tdPrdP_rc); ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < size<1>(tdPrdP_rc); ++ni) {
+      const float p = tSrP_rc(mi, ni);
+      tdPrdP_rc(mi, ni) = fmaxf(p, 0.f) * tdPrdP_rc(mi, ni) - fabsf(p) * dsum(mi);
+    }
+  }
+}
+
 // Softcap's backward: the scores went through tanh, so dS *= 1 - t^2 where t is recovered from P =
 // exp2((t + slope_scaled * alibi_bias) * scale_log2 - lse_log2), i.e. with the ALiBi bias (added
 // after the tanh; slope_scaled 0 without ALiBi) taken back out. Where P is 0, dS is already 0 and
-// stays so. tScS: the (row, col) of each score (the accumulator's shape) in the tile whose first row / key
+// stays so. Is_dropout: P is negative where dropout dropped it (negate_dropped). tScS: the (row, col) of each score (the accumulator's shape) in the tile whose first row / key
 // are row0 / col0.
-template <class TensordS, class TensorP, class TensorRow, class TensorC>
+template <bool Is_dropout, class TensordS, class TensorP, class TensorRow, class TensorC>
 __device__ __forceinline__ void softcap_dscores(TensordS& tdSrdS_rc, TensorP const& tSrP_rc, TensorRow const& lse_log2,
                                                 float scale_log2, TensorC const& tScS, int row0, int col0,
                                                 int seqlen_q, int seqlen_k, bool causal_form, float slope_scaled) {
   const float inv_scale_log2 = 1.f / scale_log2;
   auto dscore = [&](int mi, int ni, float bias) {
-    const float p = tSrP_rc(mi, ni);
+    const float p = Is_dropout ? fabsf(tSrP_rc(mi, ni)) : tSrP_rc(mi, ni);
     const float t = (__log2f(p) + lse_log2(mi)) * inv_scale_log2 - bias;
     tdSrdS_rc(mi, ni) = p > 0.f ? tdSrdS_rc(mi, ni) * (1.f - t * t) : 0.f;
   };
