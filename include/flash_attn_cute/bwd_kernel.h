@@ -224,11 +224,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     clear(tdPrdP);
     gemm_ss(mma_sdp, tdPrdP, tdPrdO, tdPrV, in_slot(tdPsdO, slot, kSlot), tdPsV, copy_sdp_A, copy_sdp_B, tidx);
     Tensor tdPrdP_rc = make_tensor(tdPrdP.data(), acc_layout_rowcol(tdPrdP.layout()));  // (rows, cols)
-    if constexpr (Is_dropout) {
-      dscores_dropout(tdPrdP_rc, tSrS_rc, dsum);
-    } else {
-      dscores(tdPrdP_rc, tSrS_rc, dsum);
-    }
+    dscores<Is_dropout>(tdPrdP_rc, tSrS_rc, dsum);
     if constexpr (Has_mods) {
       if (params.softcap > 0.f) {
         // Through the cap: dS *= 1 - tanh^2, tanh recovered from P.

@@ -169,7 +169,7 @@ __device__ __forceinline__ void zero_dropped(Frag& x, DropoutRng const& rng, Coo
 }
 
 // Backward: P = -P at the dropped entries of an fp32 fragment of S's shape ((2, 2), MMA_M, MMA_N).
-// The sign carries the mask past the dP GEMM, with no register: dscores_dropout then forms
+// The sign carries the mask past the dP GEMM, with no register: dscores<true> then forms
 // dS = max(P, 0) dP - |P| D, and max(P, 0) is the P * keep that dV takes (relu_pairs).
 // prmt's sign mode spreads a lane's bit 15 over a whole word, of which P takes the sign bit.
 template <class Frag, class Coords>

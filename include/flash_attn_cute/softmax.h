@@ -101,28 +101,17 @@ __device__ __forceinline__ void probs_from_lse(TensorS& tSrS_rc, TensorRow const
   }
 }
 
-// tdPrdP_rc: (rows, cols) dP = dO V^T, overwritten with dS = P * (dP - D(row)).
-template <class TensordP, class TensorP, class TensorRow>
+// tdPrdP_rc: (rows, cols) dP = dO V^T, overwritten with dS = P * (dP - D(row)). Is_dropout: P is
+// negative where dropout dropped it (negate_dropped), and dS = max(P, 0) dP - |P| D, which is
+// P * (keep * dP - D).
+template <bool Is_dropout, class TensordP, class TensorP, class TensorRow>
 __device__ __forceinline__ void dscores(TensordP& tdPrdP_rc, TensorP const& tSrP_rc, TensorRow const& dsum) {
 #pragma unroll
   for (int mi = 0; mi < size<0>(tdPrdP_rc); ++mi) {
 #pragma unroll
     for (int ni = 0; ni < size<1>(tdPrdP_rc); ++ni) {
-      tdPrdP_rc(mi, ni) = tSrP_rc(mi, ni) * (tdPrdP_rc(mi, ni) - dsum(mi));
-    }
-  }
-}
-
-// The same with dropout, P negated where dropped (negate_dropped): dS = max(P, 0) dP - |P| D, which
-// is P * (keep * dP - D).
-template <class TensordP, class TensorP, class TensorRow>
-__device__ __forceinline__ void dscores_dropout(TensordP& tdPrdP_rc, TensorP const& tSrP_rc, TensorRow const& dsum) {
-#pragma unroll
-  for (int mi = 0; mi < size<0>(tdPrdP_rc); ++mi) {
-#pragma unroll
-    for (int ni = 0; ni < size<1>(tdPrdP_rc); ++ni) {
-      const float p = tSrP_rc(mi, ni);
-      tdPrdP_rc(mi, ni) = fmaxf(p, 0.f) * tdPrdP_rc(mi, ni) - fabsf(p) * dsum(mi);
+      const float p = tSrP_rc(mi, ni), dp = tdPrdP_rc(mi, ni);
+      tdPrdP_rc(mi, ni) = Is_dropout ? fmaxf(p, 0.f) * dp - fabsf(p) * dsum(mi) : p * (dp - dsum(mi));
     }
   }
 }
@@ -130,8 +119,8 @@ __device__ __forceinline__ void dscores_dropout(TensordP& tdPrdP_rc, TensorP con
 // Softcap's backward: the scores went through tanh, so dS *= 1 - t^2 where t is recovered from P =
 // exp2((t + slope_scaled * alibi_bias) * scale_log2 - lse_log2), i.e. with the ALiBi bias (added
 // after the tanh; slope_scaled 0 without ALiBi) taken back out. Where P is 0, dS is already 0 and
-// stays so. Is_dropout: P is negative where dropout dropped it (negate_dropped). tScS: the (row, col) of each score (the accumulator's shape) in the tile whose first row / key
-// are row0 / col0.
+// stays so. Is_dropout: P is negative where dropout dropped it (negate_dropped). tScS: the (row,
+// col) of each score (the accumulator's shape) in the tile whose first row / key are row0 / col0.
 template <bool Is_dropout, class TensordS, class TensorP, class TensorRow, class TensorC>
 __device__ __forceinline__ void softcap_dscores(TensordS& tdSrdS_rc, TensorP const& tSrP_rc, TensorRow const& lse_log2,
                                                 float scale_log2, TensorC const& tScS, int row0, int col0,
