@@ -2,7 +2,7 @@
 # One call on the GPU machine: install the CuTe headers, build, run the GPU tests and the benchmark.
 # Logs go under $OUT (the device tool brings that folder back, at most 8 files): build.log, tests.log,
 # errors.log (every benchmark's stderr), bench.md / decode.md / features.md, and extra.tar.gz (the
-# benchmarks' json and charts, the built extension).
+# benchmarks' json and charts, the built extension, ninja's log of per-file compile times).
 #   usage: bash scripts/gpu_check.sh [pytest args...]
 #   env:   FLASH_ATTN_CUTE_{HDIMS,DTYPES,ARCHS,PASSES} (default arch 90), BENCH_ARGS, SKIP_BENCH=1,
 #          SKIP_TESTS=1, SKIP_BUILD=1 (reuse the installed build), EXAMPLE=1 (run examples/train_gpt.py),
@@ -31,6 +31,7 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
   python3 -m pip install -v --no-build-isolation --no-deps . >> "$OUT/build.log" 2>&1
   status=$?
   echo "build: exit $status in $(( $(date +%s) - start )) s (archs $FLASH_ATTN_CUTE_ARCHS, ${MAX_JOBS} jobs)" | tee -a "$OUT/build.log"
+  find build -name .ninja_log -exec cp {} "$OUT/extra/ninja_log.txt" \; 2>/dev/null  # per-file compile times
   grep -E "prebuilt kernel objects| error|bytes spill" "$OUT/build.log" | sort | uniq -c | sort -rn | head -20
   [ $status -eq 0 ] || exit $status
   so=$(cd /tmp && python3 -c "import flash_attn_cute._C as c; print(c.__file__)") && gzip -c "$so" > "$OUT/extra/$(basename "$so").gz"

@@ -1,6 +1,7 @@
 """The build helper's prebuilt-object keys (csrc/features.py, CPU only): an object depends on its
 source and on the kernel headers it includes, so editing the backward's headers leaves the forward's
 objects valid and the other way round, while any edit to a header an object includes invalidates it."""
+import re
 import shutil
 
 import pytest
@@ -9,9 +10,7 @@ import pytest
 def _instance(features, tmp_path, pass_):
     """A generated-style instantiation source of pass_ ('fwd' or 'bwd')."""
     path = tmp_path / f"{pass_}_instance.cu"
-    path.write_text(features.INSTANCE_TEMPLATE.format(
-        p=pass_, P=pass_.capitalize(), dtype="kBFloat16", hdim=128, causal="false", even_k="true",
-        variant="kPlain"))
+    path.write_text(features.source_text(pass_, [("bf16", 128, False, True, "plain")]))
     return path
 
 
@@ -50,3 +49,29 @@ def test_prebuilt_key_tracks_included_headers(features, tmp_path, monkeypatch):
     last_fwd, last_bwd = keys()
     assert last_fwd != newer_fwd and last_bwd != newer_bwd, "a shared header edit changes both"
     assert features.prebuilt_key(fwd, ["80", "90"], "13.0") != last_fwd, "the archs are part of the key"
+
+
+@pytest.mark.parametrize("dropout", ["1", "0"])
+def test_generated_sources_hold_each_listed_instantiation_once(features, tmp_path, monkeypatch, dropout):
+    """Every instantiation the dispatchers list (<pass>_instances.h) is compiled by exactly one generated
+    file, one file per (pass, dtype, head dim, variant)."""
+    monkeypatch.setattr(features, "GENERATED", tmp_path)
+    for name in ("FLASH_ATTN_CUTE_PASSES", "FLASH_ATTN_CUTE_SCORE_MODS", "FLASH_ATTN_CUTE_ARCHS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("FLASH_ATTN_CUTE_DTYPES", "bf16,fp16")
+    monkeypatch.setenv("FLASH_ATTN_CUTE_HDIMS", "64,256")
+    monkeypatch.setenv("FLASH_ATTN_CUTE_DROPOUT", dropout)
+    variants = 3 if dropout == "1" else 2
+    sources = [s for s in features.generate() if s.parent == tmp_path]
+    assert len(sources) == 2 * 2 * 2 * variants, sorted(s.name for s in sources)
+    for pass_ in ("fwd", "bwd"):
+        compiled = []
+        for src in sources:
+            if src.name.startswith(pass_ + "_"):
+                found = re.findall(rf"run_{pass_}<DType::(\w+), (\d+), (\w+), (\w+), Variant::(\w+)>", src.read_text())
+                assert len(found) == len(features.CAUSAL) * len(features.EVEN_K), src.name
+                compiled += found
+        listed = re.findall(r"X\((\w+), (\d+), (\w+), (\w+), (\w+)\)", (tmp_path / f"{pass_}_instances.h").read_text())
+        assert len(set(compiled)) == len(compiled) == 2 * 2 * 4 * variants
+        assert sorted(compiled) == sorted(listed)
+        assert ("kDropout" in {v for *_, v in compiled}) == (dropout == "1")
