@@ -6,7 +6,7 @@ Build options (environment variables):
   FLASH_ATTN_CUTE_ARCHS   CUDA archs, e.g. "90" or "80;90" (default: 80;90)
   FLASH_ATTN_CUTE_SKIP_CUDA_BUILD=1   install the Python layer only
   FLASH_ATTN_CUTE_PTXAS_VERBOSE=1     print registers / spills per kernel
-  MAX_JOBS                parallel nvcc jobs (default: CPU count)
+  MAX_JOBS                parallel nvcc jobs (default: CPU count, at most one per 4 GB of free memory)
   CUTLASS_PATH            a CUTLASS checkout to use instead of the nvidia-cutlass wheel
 """
 import os
@@ -57,7 +57,8 @@ def cuda_extensions():
     if torch.version.cuda is None:
         warnings.warn("flash_attn_cute: torch has no CUDA; installing the Python layer only")
         return [], {}
-    os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
+    os.environ.setdefault("MAX_JOBS", str(features.default_max_jobs(os.cpu_count() or 1,
+                                                                    features.mem_available_bytes())))
     _, _, archs = features.selected()
     kernel_sources = [str(p.relative_to(ROOT)) for p in features.generate()]
     nvcc_flags = features.nvcc_flags(archs)

@@ -151,6 +151,29 @@ def generate():
     return sources
 
 
+# Memory one nvcc job may take: a kernel file of four instantiations peaks at 4.5 GB (the score-mod
+# forward at head dim 128), most stay near 2 GB (16 jobs on the H200 machine: 27 GB at most).
+JOB_MEMORY_BYTES = 4 << 30
+
+
+def default_max_jobs(cpus, mem_available_bytes):
+    """Parallel nvcc jobs when MAX_JOBS is unset: one per CPU, as many as the free memory holds."""
+    by_memory = mem_available_bytes // JOB_MEMORY_BYTES if mem_available_bytes else cpus
+    return max(1, min(cpus, by_memory))
+
+
+def mem_available_bytes():
+    """MemAvailable from /proc/meminfo, or None where there is none."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def find_cutlass_include():
     """The CuTe/CUTLASS include dir: $CUTLASS_PATH/include, third_party/cutlass/include, then the
     nvidia-cutlass wheel's headers. Returns (path or None, the places looked in)."""

@@ -75,3 +75,13 @@ def test_generated_sources_hold_each_listed_instantiation_once(features, tmp_pat
         assert len(set(compiled)) == len(compiled) == 2 * 2 * 4 * variants
         assert sorted(compiled) == sorted(listed)
         assert ("kDropout" in {v for *_, v in compiled}) == (dropout == "1")
+
+
+def test_default_max_jobs_fits_memory(features):
+    gib = 1 << 30
+    assert features.default_max_jobs(16, 128 * gib) == 16
+    assert features.default_max_jobs(64, 100 * gib) == 25
+    assert features.default_max_jobs(8, 3 * gib) == 1
+    assert features.default_max_jobs(4, None) == 4
+    available = features.mem_available_bytes()
+    assert available is None or available > 0
