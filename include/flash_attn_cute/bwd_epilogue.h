@@ -79,8 +79,7 @@ struct DqAccumulator {
   // Before the barrier that precedes add: spins until the counter reads n_block.
   __device__ __forceinline__ void wait_turn(int n_block) {
     if (threadIdx.x != 0 || hand_on->turn == nullptr) return;
-    if (hand_on->seen == n_block) return;
-    while (load_acquire(hand_on->turn) != n_block) {
+    for (int seen = hand_on->seen; seen != n_block; seen = load_acquire(hand_on->turn)) {
     }
   }
 
