@@ -19,10 +19,14 @@ struct SumOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
 };
 
+// How far (log2 units) a tile's row max may exceed the exponent's offset before the warp rescales.
+inline constexpr float kRescaleLog2 = 8.f;
+
 template <int kNRows>
 struct Softmax {
   using RowTensor = decltype(make_tensor<float>(Shape<Int<kNRows>>{}));
-  RowTensor row_max;  // running max of the raw (unscaled) scores, quad-reduced
+  RowTensor row_max;  // the exponent's offset: the running max of the raw scores, quad-reduced, or at
+                      // most kRescaleLog2 / scale_log2 below it (softmax_rescale_o)
   RowTensor row_sum;  // running sum of exp2 terms, this thread's columns only
 
   __device__ __forceinline__ Softmax() {
@@ -40,24 +44,41 @@ struct Softmax {
   // Folds one tile of scores into the running state and rescales the O accumulator.
   // tSrS_rc: (rows, cols) view of the scores, overwritten with P = exp2(S * scale_log2 - max).
   // tOrO_rc: (rows, head_dim cols) view of the O accumulator.
+  //
+  // After the first tile, row_max is the exponent's offset rather than the exact running max: it
+  // moves (and O and the sums are rescaled) only when some row of the warp's tile exceeds its offset
+  // by more than kRescaleLog2, a branch the whole warp takes or skips. Otherwise P is at most
+  // 2^kRescaleLog2, well inside fp16's range, and the warp skips a multiply per O element; finalize
+  // gives the same O and LSE either way.
   template <bool Is_first, bool Check_inf, class TensorS, class TensorO>
   __device__ __forceinline__ void softmax_rescale_o(TensorS& tSrS_rc, TensorO& tOrO_rc, float scale_log2) {
     static_assert(decltype(size<0>(tSrS_rc))::value == kNRows);
+    if constexpr (Is_first) {
+#pragma unroll
+      for (int mi = 0; mi < kNRows; ++mi) row_max(mi) = quad_allreduce(tile_row_max(tSrS_rc, mi), MaxOp{});
+    } else {
+      bool grows = false;  // the tile's max is taken again in the rare branch, not kept in registers
+#pragma unroll
+      for (int mi = 0; mi < kNRows; ++mi) {
+        const float tile_max = quad_allreduce(tile_row_max(tSrS_rc, mi), MaxOp{});
+        grows |= tile_max * scale_log2 > row_max(mi) * scale_log2 + kRescaleLog2;  // false for -inf tiles
+      }
+      if (__any_sync(0xffffffffu, grows)) {
+#pragma unroll
+        for (int mi = 0; mi < kNRows; ++mi) {
+          const float prev_max = row_max(mi);
+          row_max(mi) = fmaxf(prev_max, quad_allreduce(tile_row_max(tSrS_rc, mi), MaxOp{}));
+          // prev_max == -inf (nothing seen yet) gives exp2(-inf) = 0: acc and sum are 0 anyway.
+          const float correction = exp2f(prev_max * scale_log2 - scaled_max<Check_inf>(mi, scale_log2));
+          row_sum(mi) *= correction;
+#pragma unroll
+          for (int di = 0; di < size<1>(tOrO_rc); ++di) tOrO_rc(mi, di) *= correction;
+        }
+      }
+    }
 #pragma unroll
     for (int mi = 0; mi < kNRows; ++mi) {
-      const float prev_max = row_max(mi);
-      float tile_max = prev_max;
-#pragma unroll
-      for (int ni = 0; ni < size<1>(tSrS_rc); ++ni) tile_max = fmaxf(tile_max, tSrS_rc(mi, ni));
-      row_max(mi) = quad_allreduce(tile_max, MaxOp{});
       const float max_scaled = scaled_max<Check_inf>(mi, scale_log2);
-      if constexpr (!Is_first) {
-        // prev_max == -inf (nothing seen yet) gives exp2(-inf) = 0: acc and sum are 0 anyway.
-        const float correction = exp2f(prev_max * scale_log2 - max_scaled);
-        row_sum(mi) *= correction;
-#pragma unroll
-        for (int di = 0; di < size<1>(tOrO_rc); ++di) tOrO_rc(mi, di) *= correction;
-      }
       float sum = 0.f;
 #pragma unroll
       for (int ni = 0; ni < size<1>(tSrS_rc); ++ni) {
@@ -66,6 +87,15 @@ struct Softmax {
       }
       row_sum(mi) += sum;
     }
+  }
+
+  // This thread's max of row mi of a score tile.
+  template <class TensorS>
+  static __device__ __forceinline__ float tile_row_max(TensorS const& tSrS_rc, int mi) {
+    float m = -INFINITY;
+#pragma unroll
+    for (int ni = 0; ni < size<1>(tSrS_rc); ++ni) m = fmaxf(m, tSrS_rc(mi, ni));
+    return m;
   }
 
   // Normalises O by the row sums (times o_scale: dropout's 1 / (1 - p)) and returns each row's
