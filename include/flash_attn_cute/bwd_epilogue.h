@@ -8,6 +8,7 @@
 
 #include "block_info.h"
 #include "bwd_api.h"
+#include "bwd_kernel_traits.h"  // DqHandOn
 #include "params.h"
 #include "utils.h"
 
@@ -51,13 +52,6 @@ __device__ __forceinline__ int load_acquire(int const* ptr) {
 // done, so that no thread waits for its own. The counters live in shared memory (thread 0 writes
 // and reads them): registers are what the backward is short of, and the order costs none in the
 // main loop.
-struct DqHandOn {
-  int* turn;     // the counter of the row block this step adds to (poll_turn), or nullptr
-  int seen;      // what poll_turn read from it
-  int next;      // the key block each tile passes the turn to (dq_next_key_block)
-  int* pending;  // the counter of the tile added since the last barrier, or nullptr
-};
-
 template <int kBlockM, int kHeadDim, int kNWarps>
 struct DqAccumulator {
   static constexpr int kThreads = 32 * kNWarps;

@@ -13,6 +13,14 @@ namespace flash_attn_cute {
 
 using namespace cute;
 
+// DqAccumulator's state in shared memory (bwd_epilogue.h), written and read by thread 0 only.
+struct DqHandOn {
+  int* turn;     // the counter of the row block this step adds to (poll_turn), or nullptr
+  int seen;      // what poll_turn read from it
+  int next;      // the key block each tile passes the turn to (dq_next_key_block)
+  int* pending;  // the counter of the tile added since the last barrier, or nullptr
+};
+
 template <int kHeadDim_, typename Element_>
 struct BwdKernelTraits {
   using Element = Element_;
@@ -75,7 +83,7 @@ struct BwdKernelTraits {
   static constexpr int kSmemPdSElems = cosize_v<SmemLayoutPdS>;
   static constexpr int kSmemLseDOffset = (4 * kSmemQElems + 2 * kSmemKVElems + 2 * kSmemPdSElems) * sizeof(Element);
   static constexpr int kSmemDQHandOnOffset = kSmemLseDOffset + 2 * 2 * kBlockM * int(sizeof(float));
-  static constexpr int kSmemDQHandOnBytes = 3 * int(sizeof(int*));  // two pointers and two ints
+  static constexpr int kSmemDQHandOnBytes = int(sizeof(DqHandOn));
   static constexpr int kSmemBytes = kSmemDQHandOnOffset + kSmemDQHandOnBytes;
   static_assert(kSmemBytes <= 227 * 1024, "backward tiles exceed the shared memory of one SM");
   static_assert(2 * kBlockM <= kNThreads, "one thread per row loads its LSE, one its D");
