@@ -55,19 +55,19 @@ struct Softmax {
     static_assert(decltype(size<0>(tSrS_rc))::value == kNRows);
     if constexpr (Is_first) {
 #pragma unroll
-      for (int mi = 0; mi < kNRows; ++mi) row_max(mi) = quad_allreduce(tile_row_max(tSrS_rc, mi), MaxOp{});
+      for (int mi = 0; mi < kNRows; ++mi) row_max(mi) = tile_row_max(tSrS_rc, mi);
     } else {
       bool grows = false;  // the tile's max is taken again in the rare branch, not kept in registers
 #pragma unroll
       for (int mi = 0; mi < kNRows; ++mi) {
-        const float tile_max = quad_allreduce(tile_row_max(tSrS_rc, mi), MaxOp{});
+        const float tile_max = tile_row_max(tSrS_rc, mi);
         grows |= tile_max * scale_log2 > row_max(mi) * scale_log2 + kRescaleLog2;  // false for -inf tiles
       }
       if (__any_sync(0xffffffffu, grows)) {
 #pragma unroll
         for (int mi = 0; mi < kNRows; ++mi) {
           const float prev_max = row_max(mi);
-          row_max(mi) = fmaxf(prev_max, quad_allreduce(tile_row_max(tSrS_rc, mi), MaxOp{}));
+          row_max(mi) = fmaxf(prev_max, tile_row_max(tSrS_rc, mi));
           // prev_max == -inf (nothing seen yet) gives exp2(-inf) = 0: acc and sum are 0 anyway.
           const float correction = exp2f(prev_max * scale_log2 - scaled_max<Check_inf>(mi, scale_log2));
           row_sum(mi) *= correction;
@@ -89,13 +89,13 @@ struct Softmax {
     }
   }
 
-  // This thread's max of row mi of a score tile.
+  // The max of row mi of a score tile, over the quad of threads that hold the row.
   template <class TensorS>
   static __device__ __forceinline__ float tile_row_max(TensorS const& tSrS_rc, int mi) {
     float m = -INFINITY;
 #pragma unroll
     for (int ni = 0; ni < size<1>(tSrS_rc); ++ni) m = fmaxf(m, tSrS_rc(mi, ni));
-    return m;
+    return quad_allreduce(m, MaxOp{});
   }
 
   // Normalises O by the row sums (times o_scale: dropout's 1 / (1 - p)) and returns each row's
