@@ -148,7 +148,7 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
   Tensor tOsVt = smem_tiled_copy_V.get_thread_slice(tidx).partition_S(sVt);  // (CPY, CPY_K, CPY_N)
   Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (MMA, MMA_M, MMA_N)
 
-  Softmax<2 * decltype(size<1>(tOrO))::value> softmax;
+  Softmax<2 * decltype(size<1>(tOrO))::value, Traits::kLazyRescale> softmax;
   const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
   const float alibi_slope = Has_mods && params.alibi_slopes
                                 ? params.alibi_slopes[bidb * params.alibi_batch_stride + bidh] / params.softmax_scale

@@ -22,7 +22,9 @@ struct SumOp {
 // How far (log2 units) a tile's row max may exceed the exponent's offset before the warp rescales.
 inline constexpr float kRescaleLog2 = 8.f;
 
-template <int kNRows>
+// kLazyRescale: after the first tile, rescale O only when a row's max outgrows its offset by more
+// than kRescaleLog2 (softmax_rescale_o); else at every tile, to the exact running max.
+template <int kNRows, bool kLazyRescale>
 struct Softmax {
   using RowTensor = decltype(make_tensor<float>(Shape<Int<kNRows>>{}));
   RowTensor row_max;  // the exponent's offset: the running max of the raw scores, quad-reduced, or at
@@ -45,11 +47,11 @@ struct Softmax {
   // tSrS_rc: (rows, cols) view of the scores, overwritten with P = exp2(S * scale_log2 - max).
   // tOrO_rc: (rows, head_dim cols) view of the O accumulator.
   //
-  // After the first tile, row_max is the exponent's offset rather than the exact running max: it
-  // moves (and O and the sums are rescaled) only when some row of the warp's tile exceeds its offset
-  // by more than kRescaleLog2, a branch the whole warp takes or skips. Otherwise P is at most
-  // 2^kRescaleLog2, well inside fp16's range, and the warp skips a multiply per O element; finalize
-  // gives the same O and LSE either way.
+  // kLazyRescale: after the first tile, row_max is the exponent's offset rather than the exact
+  // running max: it moves (and O and the sums are rescaled) only when some row of the warp's tile
+  // exceeds its offset by more than kRescaleLog2, a branch the whole warp takes or skips. Otherwise P
+  // is at most 2^kRescaleLog2, well inside fp16's range, and the warp skips a multiply per O element;
+  // finalize gives the same O and LSE either way.
   template <bool Is_first, bool Check_inf, class TensorS, class TensorO>
   __device__ __forceinline__ void softmax_rescale_o(TensorS& tSrS_rc, TensorO& tOrO_rc, float scale_log2) {
     static_assert(decltype(size<0>(tSrS_rc))::value == kNRows);
@@ -57,13 +59,7 @@ struct Softmax {
 #pragma unroll
       for (int mi = 0; mi < kNRows; ++mi) row_max(mi) = tile_row_max(tSrS_rc, mi);
     } else {
-      bool grows = false;  // the tile's max is taken again in the rare branch, not kept in registers
-#pragma unroll
-      for (int mi = 0; mi < kNRows; ++mi) {
-        const float tile_max = tile_row_max(tSrS_rc, mi);
-        grows |= tile_max * scale_log2 > row_max(mi) * scale_log2 + kRescaleLog2;  // false for -inf tiles
-      }
-      if (__any_sync(0xffffffffu, grows)) {
+      if (!kLazyRescale || any_row_outgrows_offset(tSrS_rc, scale_log2)) {
 #pragma unroll
         for (int mi = 0; mi < kNRows; ++mi) {
           const float prev_max = row_max(mi);
@@ -87,6 +83,18 @@ struct Softmax {
       }
       row_sum(mi) += sum;
     }
+  }
+
+  // Whether some row of the warp's tile exceeds its offset by more than kRescaleLog2 (false for
+  // -inf tiles); the caller takes the tile's max again if so, rather than keep it in registers.
+  template <class TensorS>
+  __device__ __forceinline__ bool any_row_outgrows_offset(TensorS const& tSrS_rc, float scale_log2) const {
+    bool grows = false;
+#pragma unroll
+    for (int mi = 0; mi < kNRows; ++mi) {
+      grows |= tile_row_max(tSrS_rc, mi) * scale_log2 > row_max(mi) * scale_log2 + kRescaleLog2;
+    }
+    return __any_sync(0xffffffffu, grows);
   }
 
   // The max of row mi of a score tile, over the quad of threads that hold the row.
