@@ -58,18 +58,16 @@ struct Softmax {
     if constexpr (Is_first) {
 #pragma unroll
       for (int mi = 0; mi < kNRows; ++mi) row_max(mi) = tile_row_max(tSrS_rc, mi);
-    } else {
-      if (!kLazyRescale || any_row_outgrows_offset(tSrS_rc, scale_log2)) {
+    } else if (!kLazyRescale || any_row_outgrows_offset(tSrS_rc, scale_log2)) {
 #pragma unroll
-        for (int mi = 0; mi < kNRows; ++mi) {
-          const float prev_max = row_max(mi);
-          row_max(mi) = fmaxf(prev_max, tile_row_max(tSrS_rc, mi));
-          // prev_max == -inf (nothing seen yet) gives exp2(-inf) = 0: acc and sum are 0 anyway.
-          const float correction = exp2f(prev_max * scale_log2 - scaled_max<Check_inf>(mi, scale_log2));
-          row_sum(mi) *= correction;
+      for (int mi = 0; mi < kNRows; ++mi) {
+        const float prev_max = row_max(mi);
+        row_max(mi) = fmaxf(prev_max, tile_row_max(tSrS_rc, mi));
+        // prev_max == -inf (nothing seen yet) gives exp2(-inf) = 0: acc and sum are 0 anyway.
+        const float correction = exp2f(prev_max * scale_log2 - scaled_max<Check_inf>(mi, scale_log2));
+        row_sum(mi) *= correction;
 #pragma unroll
-          for (int di = 0; di < size<1>(tOrO_rc); ++di) tOrO_rc(mi, di) *= correction;
-        }
+        for (int di = 0; di < size<1>(tOrO_rc); ++di) tOrO_rc(mi, di) *= correction;
       }
     }
 #pragma unroll
