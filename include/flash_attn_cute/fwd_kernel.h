@@ -236,11 +236,11 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
     }
   }
   if (Is_split && warps > 1) {
-    // The partial goes where K and V were: (kBlockM, kHeadDim) fp32, then kBlockM LSEs.
-    constexpr int kOOffset = kBlockM * kHeadDim * sizeof(Element);
+    // The partial goes where Q, K and V were: (kBlockM, kHeadDim) fp32, then kBlockM LSEs.
+    constexpr int kOOffset = 0;
     constexpr int kLseOffset = kOOffset + kBlockM * kHeadDim * sizeof(float);
     static_assert(!Is_split || kLseOffset + kBlockM * sizeof(float) <= Traits::kSmemBytes);
-    __syncwarp();  // this warp is done reading K and V
+    __syncwarp();  // this warp is done reading Q, K and V
     write_o_partial<Traits>(tOrO, lse, reinterpret_cast<float*>(smem_own + kOOffset),
                             reinterpret_cast<float*>(smem_own + kLseOffset), rows_left, tidx);
     __syncthreads();  // every warp's partial is in shared memory

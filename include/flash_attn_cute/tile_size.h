@@ -48,12 +48,14 @@ constexpr FwdTileShape fwd_tile_shape(int kernel_head_dim, bool is_causal, Varia
 // per CTA on one 16-row slab: no warp re-reads a K / V tile another warp already read from shared
 // memory, and small CTAs (20 KB of shared memory at head dim 128) let eight share an SM (as many
 // as their registers allow), so many tiles are in flight per SM. More query rows simply take more
-// row blocks. At head dims 32, 64 and 128 a step reads K and V tiles of 4096 elements each (at 64,
-// 128-key tiles left S in 64 registers per thread and spilled).
+// row blocks. At head dims 32, 64, 128 and 256 a step reads K and V tiles of 4096 elements each (at
+// 64, 128-key tiles left S in 64 registers per thread and spilled; at 192 and 256, 32-key tiles gave
+// each lane 32 rows of K and V to load and spilled 236-292 bytes).
 constexpr FwdTileShape fwd_split_tile_shape(int kernel_head_dim) {
   if (kernel_head_dim <= 32) return {16, 128, 1};
   if (kernel_head_dim <= 64) return {16, 64, 1};
-  return {16, 32, 1};
+  if (kernel_head_dim <= 128) return {16, 32, 1};
+  return {16, 16, 1};
 }
 
 // Shared memory of a forward CTA: Q, one K and one V tile (16-bit elements).

@@ -93,8 +93,8 @@ void test_tile_table() {
           fmt("split tile of hdim %d: four CTAs per SM", kFwdHeadDims[i]));
     CHECK(kMaxSplitWarps * fwd_smem_bytes(split, kFwdHeadDims[i]) <= 227 * 1024,
           fmt("split tile of hdim %d: a CTA of kMaxSplitWarps warps fits in shared memory", kFwdHeadDims[i]));
-    // merge_warp_splits: a warp's partial (fp32 O, then LSEs) fits where its K and V were.
-    CHECK(split.block_m * kFwdHeadDims[i] * (2 + 4) + 4 * split.block_m <= fwd_smem_bytes(split, kFwdHeadDims[i]),
+    // merge_warp_splits: a warp's partial (fp32 O, then LSEs) fits where its Q, K and V were.
+    CHECK(split.block_m * kFwdHeadDims[i] * 4 + 4 * split.block_m <= fwd_smem_bytes(split, kFwdHeadDims[i]),
           fmt("split tile of hdim %d: the warp's partial fits in its shared memory", kFwdHeadDims[i]));
   }
   CHECK_EQ(fwd_smem_bytes(fwd_split_tile_shape(128), 128), 20480, "split tile smem at hdim 128");
