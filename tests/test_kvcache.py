@@ -127,12 +127,13 @@ def test_kvcache_matches_reference(page_size, update, heads, rows):
 
 
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("d", [32, 64, 80, 128, 256])
+@pytest.mark.parametrize("d", [32, 64, 80, 128, 192, 256])
 @pytest.mark.parametrize("page_size", [16, 256])
 def test_kvcache_dtypes_head_dims(dtype, d, page_size):
-    """Head dims of every split-KV tile (80 runs on the 96 kernel with masked columns), with pages
-    smaller than the split kernel's key block (looked up row by row) and pages that hold whole key
-    blocks (one lookup per block); then a dense cache."""
+    """Head dims of every split-KV tile (80 runs on the 96 kernel with masked columns), with 16-key
+    pages (smaller than the split kernel's key block up to head dim 128: looked up row by row; one
+    16-key block at 192 and 256) and pages that hold whole key blocks (one lookup per block); then a
+    dense cache."""
     torch.manual_seed(1)
     _run_and_check(dtype=dtype, d=d, seqlen_new=2, rotary="interleaved", page_size=page_size)
     if page_size == 16:
@@ -151,13 +152,16 @@ def test_num_splits_agree(num_splits, page_size):
 
 @pytest.mark.parametrize("num_splits", [2, 4])
 @pytest.mark.parametrize("window_size", [(-1, -1), (70, 0)], ids=str)
-def test_warp_splits_many_rows(num_splits, window_size):
+@pytest.mark.parametrize("d", [128, 256])
+def test_warp_splits_many_rows(num_splits, window_size, d):
     """Splits as the warps of one CTA with several query row blocks (GQA packs 4 heads x 9 rows into
     36 rows: three 16-row blocks, the last partial), causal or windowed, and a sequence whose keys
-    some warps never reach (17 keys over 2-4 splits)."""
+    some warps never reach (17 keys over 2-4 splits). At head dim 256 a warp's fp32 partial fills
+    its Q and K tiles and reaches into V's."""
     torch.manual_seed(5)
-    _run_and_check(batch=2, seqlen_q=9, nheads=8, nheads_k=2, capacity=2048, num_splits=num_splits, causal=True,
-                   window_size=window_size, cache_seqlens=torch.tensor([2000, 17], device="cuda", dtype=I32))
+    _run_and_check(batch=2, seqlen_q=9, nheads=8, nheads_k=2, d=d, capacity=2048, num_splits=num_splits,
+                   causal=True, window_size=window_size,
+                   cache_seqlens=torch.tensor([2000, 17], device="cuda", dtype=I32))
 
 
 @pytest.mark.parametrize("length", [1, 1000, 131072 - 1])

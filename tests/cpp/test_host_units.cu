@@ -89,6 +89,7 @@ void test_tile_table() {
   for (int i = 0; i < n_dims; ++i) {
     const FwdTileShape split = fwd_split_tile_shape(kFwdHeadDims[i]);
     CHECK(split.block_m == 16 * split.n_warps, fmt("split tile of hdim %d: one 16-row slab per warp", kFwdHeadDims[i]));
+    CHECK(split.block_n > 0 && split.block_n % 16 == 0, fmt("split tile of hdim %d: block_n a multiple of 16 (P V's k-steps, pages)", kFwdHeadDims[i]));
     CHECK(4 * (fwd_smem_bytes(split, kFwdHeadDims[i]) + 1024) <= 228 * 1024,
           fmt("split tile of hdim %d: four CTAs per SM", kFwdHeadDims[i]));
     CHECK(kMaxSplitWarps * fwd_smem_bytes(split, kFwdHeadDims[i]) <= 227 * 1024,
