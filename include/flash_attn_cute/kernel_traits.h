@@ -67,8 +67,9 @@ struct FwdKernelTraits {
   static constexpr int kNThreads = kNWarps * 32;
   static_assert(kHeadDim % 32 == 0 && kBlockM % (16 * kNWarps) == 0);
   // The softmax's lazy rescale (softmax.h) saves a multiply per O element per key block, for a warp
-  // vote and registers. Up to head dim 64 (S in 128 registers per thread) it cost spills and speed.
-  static constexpr bool kLazyRescale = kHeadDim > 64;
+  // vote and registers. Up to head dim 64 (S in 128 registers per thread) it cost spills and speed;
+  // in the score-mod kernels it took the spill instructions from 7-18 to 150-189 (hdim 128).
+  static constexpr bool kLazyRescale = kHeadDim > 64 && kVariant != Variant::kScoreMods;
 
   // Warps stack along M; each computes 16-row slabs of S = Q K^T and O = P V.
   using TiledMma = TiledMMA<typename Sm80MmaAtom<Element>::type, Layout<Shape<Int<kNWarps>, _1, _1>>,
