@@ -9,22 +9,40 @@ namespace flash_attn_cute {
 
 using namespace cute;
 
-// An m16n8k16 accumulator layout ((2, 2), MMA_M, MMA_N) seen as (rows, cols):
-// ((2, MMA_M), (2, MMA_N)). Each thread holds two rows per MMA_M and two adjacent columns per MMA_N.
+// An MMA accumulator layout seen as (rows, cols). m16n8k16 (mma.sync): ((2, 2), MMA_M, MMA_N) ->
+// ((2, MMA_M), (2, MMA_N)); each thread holds two rows per MMA_M and two adjacent columns per MMA_N.
+// A warpgroup MMA (sm_90a) of N columns: ((2, 2, N / 8), MMA_M, MMA_N) -> ((2, MMA_M), (2, N / 8,
+// MMA_N)), the same two rows per thread (a warp owns 16 of the 64) and pairs of columns every 8.
 template <class Layout>
 __host__ __device__ constexpr auto acc_layout_rowcol(Layout acc) {
-  static_assert(decltype(size<0>(acc))::value == 4 && decltype(rank(acc))::value == 3);
-  auto l = logical_divide(acc, Shape<_2>{});  // ((2, 2), MMA_M, MMA_N)
-  return make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<2>(l)));
+  static_assert(decltype(rank(acc))::value == 3);
+  if constexpr (decltype(rank<0>(acc))::value == 3) {
+    static_assert(decltype(size<0, 0>(acc))::value == 2 && decltype(size<0, 1>(acc))::value == 2);
+    return make_layout(make_layout(get<0, 1>(acc), get<1>(acc)),
+                       make_layout(get<0, 0>(acc), get<0, 2>(acc), get<2>(acc)));
+  } else {
+    static_assert(decltype(size<0>(acc))::value == 4);
+    auto l = logical_divide(acc, Shape<_2>{});  // ((2, 2), MMA_M, MMA_N)
+    return make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<2>(l)));
+  }
 }
 
-// The same accumulator registers reinterpreted as the A operand of a k16 MMA:
-// ((2, 2), MMA_M, MMA_N) -> ((2, 2, 2), MMA_M, MMA_N / 2). This is how P feeds O += P V.
+// The same accumulator registers reinterpreted as the A operand of a k16 MMA; this is how P feeds
+// O += P V. m16n8k16: ((2, 2), MMA_M, MMA_N) -> ((2, 2, 2), MMA_M, MMA_N / 2). Warpgroup MMA:
+// ((2, 2, N / 8), MMA_M, MMA_N) -> ((2, 2, 2), MMA_M, N / 16 * MMA_N), a k16 slab being two
+// consecutive 8-column groups.
 template <class Layout>
 __host__ __device__ constexpr auto acc_layout_as_A(Layout acc) {
-  static_assert(decltype(size<0>(acc))::value == 4 && decltype(rank(acc))::value == 3);
-  auto l = logical_divide(acc, Shape<Underscore, Underscore, _2>{});  // (4, MMA_M, (2, MMA_N / 2))
-  return make_layout(make_layout(get<0>(l), get<2, 0>(l)), get<1>(l), get<2, 1>(l));
+  static_assert(decltype(rank(acc))::value == 3);
+  if constexpr (decltype(rank<0>(acc))::value == 3) {
+    auto v = logical_divide(get<0>(acc), Shape<Underscore, Underscore, _2>{});  // (2, 2, (2, N / 16))
+    return make_layout(make_layout(get<0>(v), get<1>(v), get<2, 0>(v)), get<1>(acc),
+                       coalesce(make_layout(get<2, 1>(v), get<2>(acc))));
+  } else {
+    static_assert(decltype(size<0>(acc))::value == 4);
+    auto l = logical_divide(acc, Shape<Underscore, Underscore, _2>{});  // (4, MMA_M, (2, MMA_N / 2))
+    return make_layout(make_layout(get<0>(l), get<2, 0>(l)), get<1>(l), get<2, 1>(l));
+  }
 }
 
 // Calls f(row, col, a, b) for every pair of adjacent-column values (a, b) = (acc(i), acc(i + 1)) of an
