@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
+#include <string>
 
 #include "flash_attn_cute/bwd_api.h"
 #include "flash_attn_cute/fwd_api.h"
@@ -309,6 +311,12 @@ void fill_params(FwdParams& params, Problem const& p, at::Tensor const& q, at::T
   params.dtype = p.dtype;
   params.device = q.get_device();
   cudaDeviceGetAttribute(&params.num_sms, cudaDevAttrMultiProcessorCount, params.device);
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, params.device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, params.device);
+  // FLASH_ATTN_CUTE_SM90=0 keeps Hopper on the SM80 kernels (read at every call: A/B in one process).
+  const char* sm90 = std::getenv("FLASH_ATTN_CUTE_SM90");
+  params.use_sm90 = major == 9 && minor == 0 && !(sm90 != nullptr && std::string(sm90) == "0");
 }
 
 }  // namespace flash_attn_cute

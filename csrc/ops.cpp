@@ -7,6 +7,7 @@
 #include "flash_attn_cute/fwd_api.h"
 #include "generated/bwd_instances.h"
 #include "generated/fwd_instances.h"
+#include "generated/fwd_sm90_instances.h"
 #include "torch_api.h"
 
 TORCH_LIBRARY(flash_attn_cute, m) {
@@ -68,6 +69,16 @@ pybind11::list built_bwd_kernels() {
 }
 #undef FLASH_KERNEL_LIST
 
+// The (dtype, kernel head dim, causal) Hopper forward kernels (sm_90a, plain variant) in this build.
+pybind11::list built_fwd_sm90_kernels() {
+  pybind11::list kernels;
+#define FLASH_SM90_KERNEL_LIST(DT, HDIM, CAUSAL, EVEN_K) \
+  if (EVEN_K) kernels.append(pybind11::make_tuple(std::string(#DT) == "kFloat16" ? "fp16" : "bf16", HDIM, CAUSAL));
+  FLASH_FWD_SM90_INSTANCES(FLASH_SM90_KERNEL_LIST)
+#undef FLASH_SM90_KERNEL_LIST
+  return kernels;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -75,4 +86,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "(dtype, kernel head dim, causal, variant) forward kernels in this build");
   m.def("built_bwd_kernels", &built_bwd_kernels,
         "(dtype, kernel head dim, causal, variant) backward kernels in this build");
+  m.def("built_fwd_sm90_kernels", &built_fwd_sm90_kernels,
+        "(dtype, kernel head dim, causal) Hopper forward kernels (plain variant) in this build");
 }

@@ -63,11 +63,12 @@ def test_generated_sources_hold_each_listed_instantiation_once(features, tmp_pat
     monkeypatch.setenv("FLASH_ATTN_CUTE_DROPOUT", dropout)
     variants = 3 if dropout == "1" else 2
     sources = [s for s in features.generate() if s.parent == tmp_path]
-    assert len(sources) == 2 * 2 * 2 * variants, sorted(s.name for s in sources)
+    sm90 = [s for s in sources if s.name.startswith("fwd_sm90_")]
+    assert len(sources) - len(sm90) == 2 * 2 * 2 * variants, sorted(s.name for s in sources)
     for pass_ in ("fwd", "bwd"):
         compiled = []
         for src in sources:
-            if src.name.startswith(pass_ + "_"):
+            if src.name.startswith(pass_ + "_") and src not in sm90:
                 found = re.findall(rf"run_{pass_}<DType::(\w+), (\d+), (\w+), (\w+), Variant::(\w+)>", src.read_text())
                 assert len(found) == len(features.CAUSAL) * len(features.EVEN_K), src.name
                 compiled += found
@@ -75,6 +76,29 @@ def test_generated_sources_hold_each_listed_instantiation_once(features, tmp_pat
         assert len(set(compiled)) == len(compiled) == 2 * 2 * 4 * variants
         assert sorted(compiled) == sorted(listed)
         assert ("kDropout" in {v for *_, v in compiled}) == (dropout == "1")
+    # The Hopper forward (default archs include 90): one file per (dtype, head dim), plain variant.
+    assert len(sm90) == 2 * 2
+    compiled = [m for src in sm90 for m in re.findall(r"run_fwd_sm90<DType::(\w+), (\d+), (\w+), (\w+)>", src.read_text())]
+    listed = re.findall(r"X\((\w+), (\d+), (\w+), (\w+)\)", (tmp_path / "fwd_sm90_instances.h").read_text())
+    assert len(set(compiled)) == len(compiled) == 2 * 2 * 4 and sorted(compiled) == sorted(listed)
+
+
+@pytest.mark.parametrize("archs, sm90", [("80", False), ("90", True), ("80,90", True)])
+def test_hopper_forward_built_only_for_arch_90(features, tmp_path, monkeypatch, archs, sm90):
+    """Arch 90 compiles as sm_90a (the warpgroup MMAs need it) and adds the Hopper forward's files;
+    an sm_80-only build has none and an empty instance list."""
+    monkeypatch.setattr(features, "GENERATED", tmp_path)
+    monkeypatch.setenv("FLASH_ATTN_CUTE_ARCHS", archs)
+    monkeypatch.setenv("FLASH_ATTN_CUTE_HDIMS", "128")
+    monkeypatch.setenv("FLASH_ATTN_CUTE_DTYPES", "bf16")
+    monkeypatch.delenv("FLASH_ATTN_CUTE_PASSES", raising=False)
+    names = {s.name for s in features.generate() if s.parent == tmp_path}
+    assert ("fwd_sm90_bf16_hdim128.cu" in names) == sm90
+    listed = re.findall(r"X\(", (tmp_path / "fwd_sm90_instances.h").read_text())
+    assert len(listed) == (4 if sm90 else 0)
+    flags = features.nvcc_gencode_flags(archs.split(","))
+    assert ("-gencode=arch=compute_90a,code=sm_90a" in flags) == sm90
+    assert not any(f.endswith("code=sm_90") for f in flags)
 
 
 def test_default_max_jobs_fits_memory(features):

@@ -126,6 +126,9 @@ struct FwdParams {
   DType dtype = DType::kBFloat16;
   int num_sms = 0;  // read off the device by the caller; used by launch heuristics
   int device = 0;   // the CUDA device the launch runs on
+  // The device is a Hopper (compute capability 9.0) and the caller allows the Hopper forward
+  // (fwd_kernel_sm90.h), which then runs the plain variant's whole launches.
+  bool use_sm90 = false;
 
   // Split-KV (num_splits > 1): split s of a query row block walks its share of the key blocks and
   // writes its own O (fp32, normalised by its own sum) and LSE (-inf when it saw no key) for row r

@@ -1,0 +1,65 @@
+// Compile-time description of one Hopper forward kernel (sm_90a, fwd_kernel_sm90.h): tile shape,
+// the two warpgroup MMAs (S = Q K^T from shared memory, O = P V with P in registers), their
+// shared-memory layouts, and the cp.async / epilogue copies shared with the SM80 kernel.
+#pragma once
+
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/tensor.hpp>
+
+#include "kernel_traits.h"
+
+namespace flash_attn_cute {
+
+using namespace cute;
+
+// The 128-byte swizzled, K-major GMMA layout atom where the head dim allows it (rows of 64 16-bit
+// elements), else the 64-byte one (32 elements, head dim 96).
+template <typename Element, int kHeadDim>
+using GmmaSmemAtomK = std::conditional_t<kHeadDim % 64 == 0, SM90::GMMA::Layout_K_SW128_Atom<Element>,
+                                         SM90::GMMA::Layout_K_SW64_Atom<Element>>;
+
+template <int kHeadDim_, bool kIsCausal, typename Element_>
+struct FwdKernelTraitsSm90 {
+  using Element = Element_;
+  using ElementAccum = float;
+
+  static constexpr FwdTileShape kTile = fwd_sm90_tile_shape(kHeadDim_);
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kTile.block_m;
+  static constexpr int kBlockN = kTile.block_n;
+  static constexpr int kNWarps = kTile.n_warps;
+  static constexpr int kNThreads = kNWarps * 32;
+  static_assert(kBlockM == 64 && kNWarps == 4, "one warpgroup, one 64-row warpgroup MMA");
+  // CTAs per SM (the register cap): up to head dim 128, S and O take 96 registers per thread and
+  // three CTAs fit (168 registers each); at 256, O alone takes 128: two.
+  static constexpr int kCtasPerSm = kHeadDim <= 128 ? 3 : 2;
+  static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0);
+  static constexpr bool kLazyRescale = kHeadDim > 64;
+
+  using TileS = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // (M, N, K) of S = Q K^T
+  using TileO = Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBlockN>>;  // (M, N, K) of O = P V
+  using TiledMmaS = decltype(make_tiled_mma(SM90::GMMA::ss_op_selector<Element, Element, ElementAccum, TileS>()));
+  // V is stored key-major like K; as the B operand of P V it is read head-dim-major (MN-major).
+  using TiledMma = decltype(make_tiled_mma(
+      SM90::GMMA::rs_op_selector<Element, Element, ElementAccum, TileO, SM90::GMMA::Major::K,
+                                 SM90::GMMA::Major::MN>()));  // O = P V; write_o reads its C layout
+
+  using SmemLayoutQ = decltype(tile_to_shape(GmmaSmemAtomK<Element, kHeadDim>{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using SmemLayoutKV = decltype(tile_to_shape(GmmaSmemAtomK<Element, kHeadDim>{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  // (head_dim, n): V's bytes viewed transposed.
+  using SmemLayoutVt = decltype(composition(SmemLayoutKV{},
+                                            make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
+  using SmemLayoutO = SmemLayoutQ;  // the output tile reuses Q's shared memory
+  using SmemCopyAtomO = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
+
+  static constexpr int kSmemQBytes = cosize_v<SmemLayoutQ> * sizeof(Element);
+  static constexpr int kSmemKVBytes = cosize_v<SmemLayoutKV> * sizeof(Element);
+  static constexpr int kSmemBytes = kSmemQBytes + 2 * kSmemKVBytes;
+  static_assert(kSmemBytes == fwd_smem_bytes(kTile, kHeadDim));
+  static_assert(kSmemQBytes % 1024 == 0 && kSmemKVBytes % 1024 == 0, "swizzle atoms start 1024-byte aligned");
+
+  using GmemTiledCopyQKV = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyAsync;
+  using GmemTiledCopyO = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyStore;
+};
+
+}  // namespace flash_attn_cute

@@ -1,0 +1,120 @@
+"""The Hopper forward (sm_90a warpgroup MMAs) against the float32 reference, the calls that take it,
+and the SM80 forward on the same device (FLASH_ATTN_CUTE_SM90=0). The shapes give the plain kernel
+grid enough row blocks to fill the SMs: smaller problems take the split-KV kernel (test_fwd.py)."""
+import math
+
+import pytest
+import torch
+
+import flash_attn_cute as fac
+from flash_attn_cute._ops import BUILT_FWD_SM90_KERNELS, kernel_head_dim
+from flash_attn_cute.reference import attention_varlen_ref
+
+from test_fwd import DTYPES, _assert_close_rule, _assert_lse_close, _check, _randn
+
+pytestmark = [pytest.mark.cuda, pytest.mark.sm90]
+
+SEQLENS = [(113, 203), (127, 513), (333, 1023), (512, 256), (1023, 1024), (2048, 2048)]
+HEADS = {"mha": (16, 16), "gqa": (16, 2), "mqa": (16, 1)}
+DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def _kernel_names(fn):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {e.key for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA}
+
+
+def _takes_hopper_kernel(fn):
+    return any("flash_fwd_sm90_kernel" in name for name in _kernel_names(fn))
+
+
+def _require_built(dtype, head_dim, causal):
+    if (DTYPE_NAMES[dtype], kernel_head_dim(head_dim), causal) not in BUILT_FWD_SM90_KERNELS:
+        pytest.skip(f"this build has no Hopper forward for {DTYPE_NAMES[dtype]} hdim {head_dim}")
+
+
+def _batch_filling_sms(seqlen_q, nheads):
+    """Enough batch entries for the plain kernel's row blocks (128 rows) to fill 132 SMs."""
+    return max(1, math.ceil(132 / (nheads * math.ceil(seqlen_q / 128))))
+
+
+@pytest.mark.parametrize("heads", list(HEADS))
+@pytest.mark.parametrize("seqlens", SEQLENS, ids=[f"{a}x{b}" for a, b in SEQLENS])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 200, 256])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_hopper_forward_matches_reference(dtype, head_dim, causal, seqlens, heads):
+    _require_built(dtype, head_dim, causal)
+    (seqlen_q, seqlen_k), (nheads, nheads_k) = seqlens, HEADS[heads]
+    batch = _batch_filling_sms(seqlen_q, nheads)
+    q = _randn(batch, seqlen_q, nheads, head_dim, dtype=dtype)
+    k = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype)
+    v = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype)
+    call = lambda: fac.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    assert _takes_hopper_kernel(call)
+    out, lse, _ = call()
+    _check(q, k, v, causal, out, lse)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [56, 128])
+def test_hopper_forward_writes_every_output_element(head_dim, causal):
+    _require_built(torch.bfloat16, head_dim, causal)
+    q, k, v = (_randn(8, 333, 16, head_dim, dtype=torch.bfloat16) for _ in range(3))
+    out = torch.empty_like(q)
+    assert _takes_hopper_kernel(lambda: fac.fwd(q, k, v, out=out, causal=causal))
+    out.fill_(float("nan"))
+    _, lse = fac.fwd(q, k, v, out=out, causal=causal)
+    assert not out.isnan().any() and not lse.isnan().any()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [59, 128])
+def test_hopper_forward_varlen_uneven_and_empty_sequences(head_dim, causal):
+    _require_built(torch.bfloat16, head_dim, causal)
+    seqlens_q = [0, 17, 128, 1, 300, 0, 255, 700]
+    seqlens_k = [5, 0, 128, 77, 299, 0, 513, 650]
+    cu_q = torch.tensor([0] + seqlens_q, device="cuda").cumsum(0).int()
+    cu_k = torch.tensor([0] + seqlens_k, device="cuda").cumsum(0).int()
+    q = _randn(int(cu_q[-1]), 16, head_dim, dtype=torch.bfloat16)
+    k = _randn(int(cu_k[-1]), 4, head_dim, dtype=torch.bfloat16)
+    v = _randn(int(cu_k[-1]), 4, head_dim, dtype=torch.bfloat16)
+    call = lambda: fac.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(seqlens_q), max(seqlens_k), causal=causal,
+                                              return_attn_probs=True)
+    assert _takes_hopper_kernel(call)
+    out, lse, _ = call()
+    ref, lse_ref = attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal)
+    ref_lowp, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal, upcast=False, reorder_ops=True)
+    _assert_close_rule(out, ref, ref_lowp)
+    _assert_lse_close(lse, lse_ref)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_only_plain_whole_launches_take_the_hopper_kernel(causal, monkeypatch):
+    _require_built(torch.bfloat16, 128, causal)
+    q, k, v = (_randn(8, 1024, 16, 128, dtype=torch.bfloat16) for _ in range(3))
+    assert _takes_hopper_kernel(lambda: fac.flash_attn_func(q, k, v, causal=causal))
+    # Decoding shapes take the split-KV kernel.
+    assert not _takes_hopper_kernel(lambda: fac.flash_attn_func(q[:, :1], k, v, causal=causal))
+    if ("bf16", 128, causal, "mods") in fac._ops.BUILT_FWD_KERNELS:  # score mods stay on the SM80 kernels
+        assert not _takes_hopper_kernel(lambda: fac.flash_attn_func(q, k, v, causal=causal, softcap=30.0))
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90", "0")
+    names = _kernel_names(lambda: fac.flash_attn_func(q, k, v, causal=causal))
+    assert not any("sm90" in name for name in names) and any("flash_fwd_kernel" in name for name in names)
+
+
+@pytest.mark.parametrize("heads", [(16, 16), (16, 1)], ids=["mha", "mqa"])
+@pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024), (512, 256)], ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [59, 128, 256])
+def test_sm80_forward_on_hopper_matches_reference(head_dim, causal, seqlens, heads, monkeypatch):
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90", "0")
+    (seqlen_q, seqlen_k), (nheads, nheads_k) = seqlens, heads
+    batch = _batch_filling_sms(seqlen_q, nheads)
+    q = _randn(batch, seqlen_q, nheads, head_dim, dtype=torch.bfloat16)
+    k = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=torch.bfloat16)
+    v = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=torch.bfloat16)
+    out, lse, _ = fac.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    _check(q, k, v, causal, out, lse)
