@@ -18,10 +18,10 @@ bool matches(FwdParams const& params, DType dtype, int hdim, bool causal, bool e
 }  // namespace
 
 cudaError_t run_fwd_dispatch(FwdParams const& params, cudaStream_t stream) {
-  if (params.use_sm90 && params.variant() == Variant::kPlain && !params.uses_split_kernel()) {
-#define FLASH_TRY_SM90(DT, HDIM, CAUSAL, EVEN_K)                   \
-  if (matches(params, DType::DT, HDIM, CAUSAL, EVEN_K, Variant::kPlain)) \
-    return run_fwd_sm90<DType::DT, HDIM, CAUSAL, EVEN_K>(params, stream);
+  if (params.use_sm90 && !params.uses_split_kernel()) {
+#define FLASH_TRY_SM90(DT, HDIM, CAUSAL, EVEN_K, VARIANT)                  \
+  if (matches(params, DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT)) \
+    return run_fwd_sm90<DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT>(params, stream);
     FLASH_FWD_SM90_INSTANCES(FLASH_TRY_SM90)
 #undef FLASH_TRY_SM90
   }

@@ -67,17 +67,14 @@ pybind11::list built_bwd_kernels() {
   FLASH_BWD_INSTANCES(FLASH_KERNEL_LIST)
   return kernels;
 }
-#undef FLASH_KERNEL_LIST
 
-// The (dtype, kernel head dim, causal) Hopper forward kernels (sm_90a, plain variant) in this build.
+// The (dtype, kernel head dim, causal, variant) Hopper forward kernels (sm_90a) in this build.
 pybind11::list built_fwd_sm90_kernels() {
   pybind11::list kernels;
-#define FLASH_SM90_KERNEL_LIST(DT, HDIM, CAUSAL, EVEN_K) \
-  if (EVEN_K) kernels.append(pybind11::make_tuple(std::string(#DT) == "kFloat16" ? "fp16" : "bf16", HDIM, CAUSAL));
-  FLASH_FWD_SM90_INSTANCES(FLASH_SM90_KERNEL_LIST)
-#undef FLASH_SM90_KERNEL_LIST
+  FLASH_FWD_SM90_INSTANCES(FLASH_KERNEL_LIST)
   return kernels;
 }
+#undef FLASH_KERNEL_LIST
 
 }  // namespace
 
@@ -87,5 +84,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("built_bwd_kernels", &built_bwd_kernels,
         "(dtype, kernel head dim, causal, variant) backward kernels in this build");
   m.def("built_fwd_sm90_kernels", &built_fwd_sm90_kernels,
-        "(dtype, kernel head dim, causal) Hopper forward kernels (plain variant) in this build");
+        "(dtype, kernel head dim, causal, variant) Hopper forward kernels in this build");
 }

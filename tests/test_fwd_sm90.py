@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import flash_attn_cute as fac
-from flash_attn_cute._ops import BUILT_FWD_SM90_KERNELS, kernel_head_dim
+from flash_attn_cute._ops import BUILT_FWD_SM90_KERNELS, kernel_causal, kernel_head_dim, kernel_variant
 from flash_attn_cute.reference import attention_varlen_ref
 
 from test_fwd import DTYPES, _assert_close_rule, _assert_lse_close, _check, _randn
@@ -30,9 +30,9 @@ def _takes_hopper_kernel(fn):
     return any("flash_fwd_sm90_kernel" in name for name in _kernel_names(fn))
 
 
-def _require_built(dtype, head_dim, causal):
-    if (DTYPE_NAMES[dtype], kernel_head_dim(head_dim), causal) not in BUILT_FWD_SM90_KERNELS:
-        pytest.skip(f"this build has no Hopper forward for {DTYPE_NAMES[dtype]} hdim {head_dim}")
+def _require_built(dtype, head_dim, causal, variant="plain"):
+    if (DTYPE_NAMES[dtype], kernel_head_dim(head_dim), causal, variant) not in BUILT_FWD_SM90_KERNELS:
+        pytest.skip(f"this build has no Hopper forward for {DTYPE_NAMES[dtype]} hdim {head_dim} {variant}")
 
 
 def _batch_filling_sms(seqlen_q, nheads):
@@ -91,15 +91,47 @@ def test_hopper_forward_varlen_uneven_and_empty_sequences(head_dim, causal):
     _assert_lse_close(lse, lse_ref)
 
 
+# (window_size, causal, softcap, ALiBi): each score mod alone and combined, windows on either side.
+MODS = [((-1, -1), False, 30.0, None), ((-1, -1), True, 5.0, None), ((-1, -1), False, 0.0, "per_head"),
+        ((-1, -1), True, 0.0, "per_batch"), ((-1, -1), True, 30.0, "per_head"), ((100, 30), False, 0.0, None),
+        ((0, 64), False, 0.0, None), ((256, -1), True, 0.0, None), ((64, 0), False, 0.0, None),
+        ((48, 0), False, 30.0, "per_head")]
+
+
+@pytest.mark.parametrize("window, causal, softcap, alibi", MODS, ids=[str(m) for m in MODS])
+@pytest.mark.parametrize("seqlens", [(113, 203), (333, 1023), (1023, 1024)], ids=str)
+@pytest.mark.parametrize("head_dim", [59, 128, 256])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_hopper_score_mods_match_reference(dtype, head_dim, seqlens, window, causal, softcap, alibi):
+    """Softcap, ALiBi (its causal form's LSE too) and windows on the Hopper kernel; causal windows
+    (left, 0) run on the plain causal kernel, the rest on the score-mod one."""
+    (seqlen_q, seqlen_k), (nheads, nheads_k) = seqlens, (16, 4)
+    _require_built(dtype, head_dim, kernel_causal(causal, window),
+                   kernel_variant(window, softcap, alibi, causal, seqlen_k))
+    batch = _batch_filling_sms(seqlen_q, nheads)
+    q = _randn(batch, seqlen_q, nheads, head_dim, dtype=dtype, scale=3.0)
+    k = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype)
+    v = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype)
+    shape = (batch, nheads) if alibi == "per_batch" else (nheads,)
+    slopes = torch.rand(*shape, device="cuda", dtype=torch.float32) * 0.3 if alibi else None
+    mods = dict(window_size=window, softcap=softcap, alibi_slopes=slopes)
+    call = lambda: fac.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True, **mods)
+    assert _takes_hopper_kernel(call)
+    out, lse, _ = call()
+    _check(q, k, v, causal, out, lse, **mods)
+
+
 @pytest.mark.parametrize("causal", [False, True])
-def test_only_plain_whole_launches_take_the_hopper_kernel(causal, monkeypatch):
+def test_which_calls_take_the_hopper_kernel(causal, monkeypatch):
     _require_built(torch.bfloat16, 128, causal)
     q, k, v = (_randn(8, 1024, 16, 128, dtype=torch.bfloat16) for _ in range(3))
     assert _takes_hopper_kernel(lambda: fac.flash_attn_func(q, k, v, causal=causal))
-    # Decoding shapes take the split-KV kernel.
+    # Decoding shapes take the split-KV kernel; dropout its SM80 kernels.
     assert not _takes_hopper_kernel(lambda: fac.flash_attn_func(q[:, :1], k, v, causal=causal))
-    if ("bf16", 128, causal, "mods") in fac._ops.BUILT_FWD_KERNELS:  # score mods stay on the SM80 kernels
-        assert not _takes_hopper_kernel(lambda: fac.flash_attn_func(q, k, v, causal=causal, softcap=30.0))
+    if ("bf16", 128, causal, "dropout") in fac._ops.BUILT_FWD_KERNELS:
+        assert not _takes_hopper_kernel(lambda: fac.flash_attn_func(q, k, v, causal=causal, dropout_p=0.1))
+    if ("bf16", 128, causal, "mods") in BUILT_FWD_SM90_KERNELS:
+        assert _takes_hopper_kernel(lambda: fac.flash_attn_func(q, k, v, causal=causal, softcap=30.0))
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90", "0")
     names = _kernel_names(lambda: fac.flash_attn_func(q, k, v, causal=causal))
     assert not any("sm90" in name for name in names) and any("flash_fwd_kernel" in name for name in names)

@@ -10,6 +10,7 @@
 #include "combine.h"
 #include "dropout.h"
 #include "fwd_epilogue.h"
+#include "fwd_mainloop.h"
 #include "kernel_traits.h"
 #include "launch.h"
 #include "mask.h"
@@ -200,33 +201,11 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
     gemm_rs(tiled_mma, tOrO, tOrP, tOrVt, tOsVt, smem_tiled_copy_V, tidx);
   };
 
-  // The first step always runs masked (a no-op mask when its block is fully visible), so only
-  // the masked step carries the Is_first softmax variant: one copy fewer of the loop body.
-  auto mainloop = [&](auto with_softcap) __attribute__((always_inline)) {
-    for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
-      const bool is_first = n_block == range.n_block_max - 1;
-      if (is_first || range.is_masked(n_block)) {
-        fwd_step(n_block, cute::true_type{}, is_first, with_softcap);
-      } else {
-        fwd_step(n_block, cute::false_type{}, false, with_softcap);
-      }
-    }
-  };
   if (range.n_block_max > range.n_block_min) {
     copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, tQgQ, tQsQ, tQcQ, rows_left, params.head_dim);
     load_kv(tKgK, tKsK, k_ptr, params.k, range.n_block_max - 1, cute::true_type{});
     cp_async_fence();
-    // One loop per softcap case: ptxas predicates a softcap checked in the step instead of
-    // branching over it, so every step would issue a tanh per score, softcap or not.
-    if constexpr (Has_mods) {
-      if (params.softcap > 0.f) {
-        mainloop(cute::true_type{});
-      } else {
-        mainloop(cute::false_type{});
-      }
-    } else {
-      mainloop(cute::false_type{});
-    }
+    fwd_mainloop<Has_mods>(range, params.softcap, fwd_step);
   }
   // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
   auto lse = softmax.finalize(tOrO_rc, params.softmax_scale, Is_dropout ? params.dropout.rp : 1.f);

@@ -2,59 +2,35 @@
 // CTA owns 64 query rows; S = Q K^T reads Q and K from shared memory, O += P V takes P from
 // registers and V from shared memory. K and V stream through one buffer each, loaded by cp.async
 // as in the SM80 kernel (so varlen, GQA, strides and head dims below the kernel's need nothing
-// new): V(n) loads while S(n) is computed, K(n - 1) while P V(n) runs. Two CTAs share an SM, so
-// one's softmax runs beside the other's MMAs. The plain variant only (causal, full, causal with a
-// left window); the score mods, dropout and split-KV run on the SM80 kernels.
+// new): V(n) loads while S(n) is computed, K(n - 1) while P V(n) runs. Several CTAs share an SM
+// (tile_size.h), so one's softmax runs beside another's MMAs. The plain and score-mod variants
+// (kVariant, as in fwd_kernel.h); dropout and split-KV run on the SM80 kernels.
 #pragma once
 
 #include <cute/tensor.hpp>
-#include <cutlass/arch/barrier.h>
 
 #include "block_info.h"
 #include "fwd_epilogue.h"
+#include "fwd_mainloop.h"
 #include "kernel_traits_sm90.h"
+#include "launch.h"
 #include "mask.h"
 #include "params.h"
 #include "softmax.h"
 #include "utils.h"
+#include "wgmma.h"
 
 namespace flash_attn_cute {
 
 using namespace cute;
 
-// acc (+)= A B by one warpgroup MMA per k16 slab, A from shared memory (descriptors) or registers.
-// Returns when the MMAs are done (acc is ready, their shared memory free again).
-template <bool kZeroInit, class TiledMma, class TensorA, class TensorB, class TensorAcc>
-__device__ __forceinline__ void wgmma_gemm(TiledMma& tiled_mma, TensorA& tCrA, TensorB const& tCrB, TensorAcc& acc) {
-  constexpr bool kARegs = !std::is_same_v<typename TensorA::value_type, GmmaDescriptor>;
-  if constexpr (kARegs) warpgroup_fence_operand(tCrA);
-  warpgroup_fence_operand(acc);
-  warpgroup_arrive();
-  tiled_mma.accumulate_ = kZeroInit ? SM90::GMMA::ScaleOut::Zero : SM90::GMMA::ScaleOut::One;
-#pragma unroll
-  for (int k = 0; k < size<2>(tCrA); ++k) {
-    gemm(tiled_mma, tCrA(_, _, k), tCrB(_, _, k), acc);
-    tiled_mma.accumulate_ = SM90::GMMA::ScaleOut::One;
-  }
-  warpgroup_commit_batch();
-  warpgroup_wait<0>();
-  warpgroup_fence_operand(acc);
-  if constexpr (kARegs) warpgroup_fence_operand(tCrA);
-}
-
-// cp.async's shared-memory writes are ordinary ones; the warpgroup MMAs read through the async
-// proxy: each thread fences its landed copies before the barrier that publishes them.
-__device__ __forceinline__ void wait_copies_and_sync() {
-  cp_async_wait<0>();
-  cutlass::arch::fence_view_async_shared();
-  __syncthreads();
-}
-
 // grid: (query row blocks, batch, heads), as flash_fwd_kernel.
-template <class Traits, bool Is_causal, bool Is_even_K>
+template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant>
 __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
     flash_fwd_sm90_kernel(__grid_constant__ const FwdParams params) {
+  static_assert(kVariant != Variant::kDropout, "dropout runs on the SM80 kernels");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr bool Has_mods = kVariant == Variant::kScoreMods;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -68,7 +44,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
 
   const BlockInfo binfo(params, bidb);
   if (m_block * kBlockM >= binfo.seqlen_q) return;
-  const Window window{Is_causal ? params.window.left : -1, Is_causal ? 0 : -1};
+  const Window window = Has_mods ? params.window : Window{Is_causal ? params.window.left : -1, Is_causal ? 0 : -1};
   const NBlockRange range = fwd_n_block_range(m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window);
   const int bidh_kv = bidh / (params.heads / params.heads_k);
   const int rows_left = binfo.seqlen_q - m_block * kBlockM;
@@ -130,19 +106,35 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
   Tensor tOrO = partition_fragment_C(tiled_mma_o, tile_mk);  // (MMA, MMA_M, MMA_N)
   clear(tOrO);
   Tensor tScS = thr_mma_s.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));  // (MMA, MMA_M, MMA_N)
+  CUTE_STATIC_ASSERT_V(size<2>(tSrQ) == size<2>(tSrK));              // Q K^T's k-slabs
+  CUTE_STATIC_ASSERT_V(size<2>(tOrVt) * Int<16>{} == Int<kBlockN>{});  // P V's k-slabs: P's 16-key pairs
 
   Softmax<2 * decltype(size<1>(tOrO))::value, Traits::kLazyRescale> softmax;
   const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
+  const float alibi_slope = Has_mods && params.alibi_slopes
+                                ? params.alibi_slopes[bidb * params.alibi_batch_stride + bidh] / params.softmax_scale
+                                : 0.f;
   Tensor tOrO_rc = make_tensor(tOrO.data(), acc_layout_rowcol(tOrO.layout()));  // (rows, head_dim cols)
 
   // One key block: S = Q K^T, mask, online softmax, O += P V. On entry K(n_block) is in flight;
-  // on exit K(n_block - 1) is, if it exists.
-  auto fwd_step = [&](int n_block, auto is_masked, bool is_first) __attribute__((always_inline)) {
+  // on exit K(n_block - 1) is, if it exists. with_softcap: std::true_type or std::false_type.
+  // The score mods as in fwd_kernel.h: without softcap, ALiBi (0 without slopes) is S's initial
+  // value and Q K^T accumulates onto it; softcap's tanh comes first, then the bias.
+  auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap) __attribute__((always_inline)) {
+    constexpr bool kSoftcap = decltype(with_softcap)::value;
+    constexpr bool kBiasFirst = Has_mods && !kSoftcap;
     Tensor tSrS = partition_fragment_C(tiled_mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
+    if constexpr (kBiasFirst) {
+      fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
+    }
     wait_copies_and_sync();  // K(n_block) has landed; P V(n_block + 1) is done with V's buffer
     load_kv(tVgV, tVsV, n_block, is_masked);
     cp_async_fence();
-    wgmma_gemm<true>(tiled_mma_s, tSrQ, tSrK, tSrS);
+    wgmma_gemm<!kBiasFirst>(tiled_mma_s, tSrQ, tSrK, tSrS);
+    if constexpr (kSoftcap) {
+      apply_softcap(tSrS, params.softcap);
+      apply_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, false, alibi_slope);
+    }
     if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScS, int(m_start), n_block * kBlockN);
     wait_copies_and_sync();  // V(n_block) has landed; Q K^T is done with K's buffer
     if (n_block > range.n_block_min) {
@@ -156,7 +148,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
     } else {
       softmax.template softmax_rescale_o<false, kCheckInf>(tSrS_rc, tOrO_rc, params.softmax_scale_log2);
     }
-    Tensor rP = convert_type<Element>(tSrS);
+    Tensor rP = convert_type<Element>(tSrS);                              // (MMA, MMA_M, MMA_N)
     Tensor tOrP = make_tensor(rP.data(), acc_layout_as_A(rP.layout()));  // (MMA, MMA_M, MMA_K)
     wgmma_gemm<false>(tiled_mma_o, tOrP, tOrVt, tOrO);
   };
@@ -165,17 +157,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
     copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, tQgQ, tQsQ, tQcQ, rows_left, params.head_dim);
     load_kv(tKgK, tKsK, range.n_block_max - 1, cute::true_type{});
     cp_async_fence();
-    for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
-      const bool is_first = n_block == range.n_block_max - 1;
-      if (is_first || range.is_masked(n_block)) {
-        fwd_step(n_block, cute::true_type{}, is_first);
-      } else {
-        fwd_step(n_block, cute::false_type{}, false);
-      }
-    }
+    fwd_mainloop<Has_mods>(range, params.softcap, fwd_step);
   }
   // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
   auto lse = softmax.finalize(tOrO_rc, params.softmax_scale, 1.f);
+  if constexpr (Has_mods) {
+    if (params.alibi_slopes && alibi_causal_form(window)) {
+      shift_alibi_lse(lse, tScS, int(m_start), binfo.seqlen_q, binfo.seqlen_k, alibi_slope * params.softmax_scale);
+    }
+  }
   __syncthreads();  // every warp is done with Q's buffer, which O's tile reuses
   write_o<Traits, Is_even_K>(tOrO, lse, gO, sO, gLSE, rows_left, params.head_dim, tidx);
 #else
@@ -183,11 +173,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
 #endif
 }
 
-template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK>
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_fwd_sm90(FwdParams const& params, cudaStream_t stream) {
-  using Traits = FwdKernelTraitsSm90<kHeadDim, kIsCausal, typename ElementOf<kDType>::type>;
-  auto kernel = flash_fwd_sm90_kernel<Traits, kIsCausal, kIsEvenK>;
-  if (Traits::kSmemBytes >= 48 * 1024) {
+  using Traits = FwdKernelTraitsSm90<kHeadDim, kIsCausal, typename ElementOf<kDType>::type, kVariant>;
+  auto kernel = flash_fwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant>;
+  if (Traits::kSmemBytes >= kDefaultMaxDynamicSmemBytes) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
     if (err != cudaSuccess) return err;
   }

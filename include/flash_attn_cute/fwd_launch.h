@@ -16,7 +16,7 @@ cudaError_t launch_fwd_kernel(FwdParams const& params, cudaStream_t stream) {
   auto kernel = flash_fwd_kernel<Traits, kIsCausal, kIsEvenK, kIsSplit, kVariant>;
   const int warps = kIsSplit ? split_warps(params.num_splits) : 1;  // the split kernel's CTAs: warps x one warp's
   const int smem_bytes = Traits::kSmemBytes * warps;
-  if (smem_bytes >= 48 * 1024) {
+  if (smem_bytes >= kDefaultMaxDynamicSmemBytes) {
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
     if (err != cudaSuccess) return err;
   }

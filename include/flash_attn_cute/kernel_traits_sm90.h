@@ -13,12 +13,12 @@ namespace flash_attn_cute {
 using namespace cute;
 
 // The 128-byte swizzled, K-major GMMA layout atom where the head dim allows it (rows of 64 16-bit
-// elements), else the 64-byte one (32 elements, head dim 96).
+// elements), else the 64-byte one (32 elements: head dims 32 and 96).
 template <typename Element, int kHeadDim>
 using GmmaSmemAtomK = std::conditional_t<kHeadDim % 64 == 0, SM90::GMMA::Layout_K_SW128_Atom<Element>,
                                          SM90::GMMA::Layout_K_SW64_Atom<Element>>;
 
-template <int kHeadDim_, bool kIsCausal, typename Element_>
+template <int kHeadDim_, bool kIsCausal, typename Element_, Variant kVariant = Variant::kPlain>
 struct FwdKernelTraitsSm90 {
   using Element = Element_;
   using ElementAccum = float;
@@ -30,12 +30,9 @@ struct FwdKernelTraitsSm90 {
   static constexpr int kNWarps = kTile.n_warps;
   static constexpr int kNThreads = kNWarps * 32;
   static_assert(kBlockM == 64 && kNWarps == 4, "one warpgroup, one 64-row warpgroup MMA");
-  // CTAs per SM (the register cap): four up to head dim 64 (128 registers per thread, no spills;
-  // hdim 64 causal 5-12 % faster than three), three up to 128 (168: S and O take 96), two above
-  // (at 256 O alone takes 128).
-  static constexpr int kCtasPerSm = kHeadDim <= 64 ? 4 : kHeadDim <= 128 ? 3 : 2;
+  static constexpr int kCtasPerSm = fwd_sm90_ctas_per_sm(kHeadDim, kVariant);
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0);
-  static constexpr bool kLazyRescale = kHeadDim > 64;
+  static constexpr bool kLazyRescale = kHeadDim > 64 && kVariant == Variant::kPlain;  // as FwdKernelTraits
 
   using TileS = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // (M, N, K) of S = Q K^T
   using TileO = Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBlockN>>;  // (M, N, K) of O = P V

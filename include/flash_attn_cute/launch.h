@@ -9,6 +9,10 @@
 
 namespace flash_attn_cute {
 
+// Dynamic shared memory a launch gets without raising the kernel's limit
+// (cudaFuncAttributeMaxDynamicSharedMemorySize).
+inline constexpr int kDefaultMaxDynamicSmemBytes = 48 * 1024;
+
 __device__ __forceinline__ void allow_dependent_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

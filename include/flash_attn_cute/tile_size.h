@@ -60,11 +60,19 @@ constexpr FwdTileShape fwd_split_tile_shape(int kernel_head_dim) {
 
 // The Hopper forward (sm_90a, fwd_kernel_sm90.h): one warpgroup per CTA owns 64 query rows (one
 // warpgroup MMA's M) and steps over 64 keys; small CTAs (48 KB of shared memory at head dim 128)
-// share an SM three at a time up to head dim 128 (two above), so one CTA's softmax runs beside
-// another's MMAs. Measured on H200 (session 17, bf16): at hdim 128, 1.13-1.38x FA2 against
-// 0.82-1.38x with 128-key steps (two CTAs per SM) and 0.94-1.34x with two warpgroups sharing
-// 128 x 128 tiles (one CTA per SM).
+// share an SM, so one CTA's softmax runs beside another's MMAs. Measured on H200 (session 17, bf16):
+// at hdim 128, 1.13-1.38x FA2 against 0.82-1.38x with 128-key steps (two CTAs per SM) and
+// 0.94-1.34x with two warpgroups sharing 128 x 128 tiles (one CTA per SM).
 constexpr FwdTileShape fwd_sm90_tile_shape(int /* kernel_head_dim */) { return {64, 64, 4}; }
+
+// Its CTAs per SM, the register cap of __launch_bounds__. Plain: four up to head dim 64 (128
+// registers per thread, no spills; hdim 64 causal 5-12 % faster than three), three up to 128 (168:
+// S and O take 96), two above (at 256 O alone takes 128). The score mods need one CTA fewer up to
+// 128: at three, the hdim 128 kernels spilled 1.5 KB.
+constexpr int fwd_sm90_ctas_per_sm(int kernel_head_dim, Variant variant) {
+  const int plain = kernel_head_dim <= 64 ? 4 : kernel_head_dim <= 128 ? 3 : 2;
+  return plain - (variant != Variant::kPlain && kernel_head_dim <= 128 ? 1 : 0);
+}
 
 // Shared memory of a forward CTA: Q, one K and one V tile (16-bit elements).
 constexpr int fwd_smem_bytes(FwdTileShape tile, int kernel_head_dim) {

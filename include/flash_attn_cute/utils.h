@@ -35,6 +35,7 @@ template <class Layout>
 __host__ __device__ constexpr auto acc_layout_as_A(Layout acc) {
   static_assert(decltype(rank(acc))::value == 3);
   if constexpr (decltype(rank<0>(acc))::value == 3) {
+    static_assert(decltype(size<0, 2>(acc))::value % 2 == 0, "whole k16 slabs: N a multiple of 16");
     auto v = logical_divide(get<0>(acc), Shape<Underscore, Underscore, _2>{});  // (2, 2, (2, N / 16))
     return make_layout(make_layout(get<0>(v), get<1>(v), get<2, 0>(v)), get<1>(acc),
                        coalesce(make_layout(get<2, 1>(v), get<2>(acc))));

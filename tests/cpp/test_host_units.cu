@@ -99,13 +99,15 @@ void test_tile_table() {
           fmt("split tile of hdim %d: the warp's partial fits in its shared memory", kFwdHeadDims[i]));
   }
   // The Hopper forward: one warpgroup of 64 rows (a warpgroup MMA's M), key steps a multiple of 16
-  // (the MMAs' k-steps), four CTAs per 228 KB SM up to head dim 64, three up to 128 and two above
-  // (FwdKernelTraitsSm90::kCtasPerSm), each with 1 KB the system reserves.
+  // (the MMAs' k-steps), and fwd_sm90_ctas_per_sm CTAs (at least two) fit in a 228 KB SM, each with
+  // 1 KB the system reserves.
   for (int i = 0; i < n_dims; ++i) {
     const FwdTileShape sm90 = fwd_sm90_tile_shape(kFwdHeadDims[i]);
     CHECK(sm90.block_m == 64 && sm90.n_warps == 4, fmt("sm90 tile of hdim %d: one 64-row warpgroup", kFwdHeadDims[i]));
     CHECK(sm90.block_n > 0 && sm90.block_n % 16 == 0, fmt("sm90 tile of hdim %d: block_n a multiple of 16", kFwdHeadDims[i]));
-    const int ctas = kFwdHeadDims[i] <= 64 ? 4 : kFwdHeadDims[i] <= 128 ? 3 : 2;
+    const int ctas = fwd_sm90_ctas_per_sm(kFwdHeadDims[i], Variant::kPlain);
+    CHECK(ctas >= 2 && fwd_sm90_ctas_per_sm(kFwdHeadDims[i], Variant::kScoreMods) >= 2,
+          fmt("sm90 tile of hdim %d: two CTAs per SM or more", kFwdHeadDims[i]));
     CHECK(ctas * (fwd_smem_bytes(sm90, kFwdHeadDims[i]) + 2048) <= 228 * 1024,
           fmt("sm90 tile of hdim %d: %d CTAs per SM", kFwdHeadDims[i], ctas));
   }
