@@ -1,5 +1,6 @@
 """The Hopper forward (sm_90a warpgroup MMAs) against the float32 reference, the calls that take it,
-and the SM80 forward on the same device (FLASH_ATTN_CUTE_SM90=0). The shapes give the plain kernel
+and the SM80 forward on the same device (FLASH_ATTN_CUTE_SM90=0). Dropout on it: test_dropout.py
+(dropout never takes the split-KV kernel, so on Hopper every dropout test runs it). The shapes give the plain kernel
 grid enough row blocks to fill the SMs: smaller problems take the split-KV kernel (test_fwd.py)."""
 import math
 
@@ -126,12 +127,12 @@ def test_which_calls_take_the_hopper_kernel(causal, monkeypatch):
     _require_built(torch.bfloat16, 128, causal)
     q, k, v = (_randn(8, 1024, 16, 128, dtype=torch.bfloat16) for _ in range(3))
     assert _takes_hopper_kernel(lambda: fac.flash_attn_func(q, k, v, causal=causal))
-    # Decoding shapes take the split-KV kernel; dropout its SM80 kernels.
+    # Decoding shapes take the split-KV kernel; the score mods and dropout their Hopper kernels.
     assert not _takes_hopper_kernel(lambda: fac.flash_attn_func(q[:, :1], k, v, causal=causal))
-    if ("bf16", 128, causal, "dropout") in fac._ops.BUILT_FWD_KERNELS:
-        assert not _takes_hopper_kernel(lambda: fac.flash_attn_func(q, k, v, causal=causal, dropout_p=0.1))
     if ("bf16", 128, causal, "mods") in BUILT_FWD_SM90_KERNELS:
         assert _takes_hopper_kernel(lambda: fac.flash_attn_func(q, k, v, causal=causal, softcap=30.0))
+    if ("bf16", 128, causal, "dropout") in BUILT_FWD_SM90_KERNELS:
+        assert _takes_hopper_kernel(lambda: fac.flash_attn_func(q, k, v, causal=causal, dropout_p=0.1))
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90", "0")
     names = _kernel_names(lambda: fac.flash_attn_func(q, k, v, causal=causal))
     assert not any("sm90" in name for name in names) and any("flash_fwd_kernel" in name for name in names)

@@ -14,8 +14,7 @@ namespace flash_attn_cute {
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_fwd(FwdParams const& params, cudaStream_t stream);
 
-// The Hopper forward (fwd_kernel_sm90.h, sm_90a): the plain and score-mod variants, whole (not
-// split-KV) launches.
+// The Hopper forward (fwd_kernel_sm90.h, sm_90a): every variant, whole (not split-KV) launches.
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_fwd_sm90(FwdParams const& params, cudaStream_t stream);
 

@@ -3,13 +3,14 @@
 // registers and V from shared memory. K and V stream through one buffer each, loaded by cp.async
 // as in the SM80 kernel (so varlen, GQA, strides and head dims below the kernel's need nothing
 // new): V(n) loads while S(n) is computed, K(n - 1) while P V(n) runs. Several CTAs share an SM
-// (tile_size.h), so one's softmax runs beside another's MMAs. The plain and score-mod variants
-// (kVariant, as in fwd_kernel.h); dropout and split-KV run on the SM80 kernels.
+// (tile_size.h), so one's softmax runs beside another's MMAs. Every variant of fwd_kernel.h (plain,
+// score mods, dropout with the score mods); split-KV runs on the SM80 kernels.
 #pragma once
 
 #include <cute/tensor.hpp>
 
 #include "block_info.h"
+#include "dropout.h"
 #include "fwd_epilogue.h"
 #include "fwd_mainloop.h"
 #include "kernel_traits_sm90.h"
@@ -24,13 +25,23 @@ namespace flash_attn_cute {
 
 using namespace cute;
 
+// A warpgroup MMA accumulator ((2, 2, N / 8), MMA_M, MMA_N) seen as m16n8 blocks ((2, 2), MMA_M,
+// (N / 8, MMA_N)), the layout the dropout mask (dropout.h) is drawn over: the same entries, at the
+// same (row, col), so the SM80 backward draws the same mask.
+template <class Layout>
+__host__ __device__ constexpr auto acc_layout_mma_blocks(Layout acc) {
+  static_assert(decltype(rank<0>(acc))::value == 3);
+  return make_layout(make_layout(get<0, 0>(acc), get<0, 1>(acc)), get<1>(acc),
+                     make_layout(get<0, 2>(acc), get<2>(acc)));
+}
+
 // grid: (query row blocks, batch, heads), as flash_fwd_kernel.
 template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant>
 __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
     flash_fwd_sm90_kernel(__grid_constant__ const FwdParams params) {
-  static_assert(kVariant != Variant::kDropout, "dropout runs on the SM80 kernels");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr bool Has_mods = kVariant == Variant::kScoreMods;
+  constexpr bool Has_mods = kVariant != Variant::kPlain;
+  constexpr bool Is_dropout = kVariant == Variant::kDropout;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -41,6 +52,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
   // Causal row blocks near the end of the sequence see the most keys: start them first.
   const int m_block = Is_causal ? m_blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
   const int bidb = blockIdx.y, bidh = blockIdx.z;
+  if constexpr (Is_dropout) {
+    // The (seed, offset) this call drew, for the backward (a CUDA graph replay draws new ones).
+    if (params.dropout.rng_state && threadIdx.x == 0 && blockIdx.x == 0 && bidb == 0 && bidh == 0) {
+      const SeedOffset so = dropout_seed_offset(params.dropout);
+      params.dropout.rng_state[0] = int64_t(so.seed);
+      params.dropout.rng_state[1] = int64_t(so.offset);
+    }
+  }
 
   const BlockInfo binfo(params, bidb);
   if (m_block * kBlockM >= binfo.seqlen_q) return;
@@ -115,6 +134,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
                                 ? params.alibi_slopes[bidb * params.alibi_batch_stride + bidh] / params.softmax_scale
                                 : 0.f;
   Tensor tOrO_rc = make_tensor(tOrO.data(), acc_layout_rowcol(tOrO.layout()));  // (rows, head_dim cols)
+  Tensor tScS_blocks = make_tensor(tScS.data(), acc_layout_mma_blocks(tScS.layout()));  // ((2, 2), MMA_M, N / 8)
+  [[maybe_unused]] DropoutRng dropout_rng(0, 0, 0);
+  if constexpr (Is_dropout) dropout_rng = make_dropout_rng(params.dropout);
+  [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
 
   // One key block: S = Q K^T, mask, online softmax, O += P V. On entry K(n_block) is in flight;
   // on exit K(n_block - 1) is, if it exists. with_softcap: std::true_type or std::false_type.
@@ -149,6 +172,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
       softmax.template softmax_rescale_o<false, kCheckInf>(tSrS_rc, tOrO_rc, params.softmax_scale_log2);
     }
     Tensor rP = convert_type<Element>(tSrS);                              // (MMA, MMA_M, MMA_N)
+    if constexpr (Is_dropout) {
+      Tensor rP_blocks = make_tensor(rP.data(), acc_layout_mma_blocks(rP.layout()));  // ((2, 2), MMA_M, N / 8)
+      zero_dropped(rP_blocks, dropout_rng, tScS_blocks, bh, int(m_start), n_block * kBlockN);
+    }
     Tensor tOrP = make_tensor(rP.data(), acc_layout_as_A(rP.layout()));  // (MMA, MMA_M, MMA_K)
     wgmma_gemm<false>(tiled_mma_o, tOrP, tOrVt, tOrO);
   };
@@ -160,7 +187,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
     fwd_mainloop<Has_mods>(range, params.softcap, fwd_step);
   }
   // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
-  auto lse = softmax.finalize(tOrO_rc, params.softmax_scale, 1.f);
+  auto lse = softmax.finalize(tOrO_rc, params.softmax_scale, Is_dropout ? params.dropout.rp : 1.f);
   if constexpr (Has_mods) {
     if (params.alibi_slopes && alibi_causal_form(window)) {
       shift_alibi_lse(lse, tScS, int(m_start), binfo.seqlen_q, binfo.seqlen_k, alibi_slope * params.softmax_scale);
@@ -168,6 +195,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
   }
   __syncthreads();  // every warp is done with Q's buffer, which O's tile reuses
   write_o<Traits, Is_even_K>(tOrO, lse, gO, sO, gLSE, rows_left, params.head_dim, tidx);
+  if constexpr (Is_dropout) {
+    if (params.o_residual.ptr != nullptr) {
+      Tensor gOres = make_tensor(make_gmem_ptr(static_cast<Element*>(params.o_residual.ptr) +
+                                               binfo.q_offset(params.o_residual, bidb, bidh) +
+                                               m_start * params.o_residual.row_stride),
+                                 tile_mk, make_stride(params.o_residual.row_stride, _1{}));  // (kBlockM, kHeadDim)
+      __syncthreads();  // every thread is done reading O from sO
+      store_tile_via_smem<typename Traits::SmemCopyAtomO, typename Traits::GmemTiledCopyO, Is_even_K>(
+          tiled_mma_o, rounding_residual<Element>(tOrO), sO, gOres, rows_left, params.head_dim, tidx);
+    }
+  }
 #else
   __trap();  // built without sm_90a (the dispatcher only picks this kernel on compute capability 9.0)
 #endif

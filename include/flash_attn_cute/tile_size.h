@@ -67,8 +67,8 @@ constexpr FwdTileShape fwd_sm90_tile_shape(int /* kernel_head_dim */) { return {
 
 // Its CTAs per SM, the register cap of __launch_bounds__. Plain: four up to head dim 64 (128
 // registers per thread, no spills; hdim 64 causal 5-12 % faster than three), three up to 128 (168:
-// S and O take 96), two above (at 256 O alone takes 128). The score mods need one CTA fewer up to
-// 128: at three, the hdim 128 kernels spilled 1.5 KB.
+// S and O take 96), two above (at 256 O alone takes 128). The score-mod and dropout variants need
+// one CTA fewer up to 128: at three, the hdim 128 score-mod kernels spilled 1.5 KB.
 constexpr int fwd_sm90_ctas_per_sm(int kernel_head_dim, Variant variant) {
   const int plain = kernel_head_dim <= 64 ? 4 : kernel_head_dim <= 128 ? 3 : 2;
   return plain - (variant != Variant::kPlain && kernel_head_dim <= 128 ? 1 : 0);
