@@ -200,9 +200,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     clear(tSrS);
     gemm_ss(mma_sdp, tSrS, tSrQ, tSrK, in_slot(tSsQ, slot, kSlot), tSsK, copy_sdp_A, copy_sdp_B, tidx);
     if (has_next) load_do(next_bidh, next_m_block, slot ^ 1);
-    [[maybe_unused]] const float alibi_slope = Has_mods && params.alibi_slopes
-                                  ? params.alibi_slopes[bidb * params.alibi_batch_stride + bidh] / params.softmax_scale
-                                  : 0.f;
+    [[maybe_unused]] const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
     if constexpr (Has_mods) {
       if (params.softcap > 0.f) apply_softcap(tSrS, params.softcap);
       if (params.alibi_slopes) {

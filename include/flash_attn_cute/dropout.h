@@ -97,6 +97,18 @@ FLASH_HOST_DEVICE SeedOffset dropout_seed_offset(DropoutParams const& d) {
   return {d.seed_ptr ? uint64_t(*d.seed_ptr) : d.seed, d.offset_ptr ? uint64_t(*d.offset_ptr) + d.offset_extra : d.offset};
 }
 
+#if defined(__CUDACC__)
+// The first thread of the grid stores the (seed, offset) this call drew in d.rng_state, for the
+// backward (a CUDA graph replay draws new ones).
+__device__ __forceinline__ void record_rng_state(DropoutParams const& d) {
+  if (d.rng_state && threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
+    const SeedOffset so = dropout_seed_offset(d);
+    d.rng_state[0] = int64_t(so.seed);
+    d.rng_state[1] = int64_t(so.offset);
+  }
+}
+#endif
+
 FLASH_HOST_DEVICE DropoutRng make_dropout_rng(DropoutParams const& d) {
   const SeedOffset so = dropout_seed_offset(d);
   return DropoutRng(so.seed, so.offset, dropout_threshold(d.p));

@@ -151,9 +151,7 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
 
   Softmax<2 * decltype(size<1>(tOrO))::value, Traits::kLazyRescale> softmax;
   const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
-  const float alibi_slope = Has_mods && params.alibi_slopes
-                                ? params.alibi_slopes[bidb * params.alibi_batch_stride + bidh] / params.softmax_scale
-                                : 0.f;
+  const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
   Tensor tOrO_rc = make_tensor(tOrO.data(), acc_layout_rowcol(tOrO.layout()));  // (rows, head_dim cols)
   [[maybe_unused]] DropoutRng dropout_rng(0, 0, 0);
   if constexpr (Is_dropout) dropout_rng = make_dropout_rng(params.dropout);
@@ -254,14 +252,7 @@ template <class Traits, bool Is_causal, bool Is_even_K, bool Is_split, Variant k
 __global__ void __launch_bounds__(Traits::kNThreads * (Is_split ? kMaxSplitWarps : 1), 1)
     flash_fwd_kernel(__grid_constant__ const FwdParams params) {
   extern __shared__ __align__(128) char smem[];
-  if constexpr (kVariant == Variant::kDropout) {
-    // The (seed, offset) this call drew, for the backward (a CUDA graph replay draws new ones).
-    if (params.dropout.rng_state && threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
-      const SeedOffset so = dropout_seed_offset(params.dropout);
-      params.dropout.rng_state[0] = int64_t(so.seed);
-      params.dropout.rng_state[1] = int64_t(so.offset);
-    }
-  }
+  if constexpr (kVariant == Variant::kDropout) record_rng_state(params.dropout);
   // The combine kernel (launched dependent: launch.h) may start once every split CTA is running.
   if constexpr (Is_split) allow_dependent_launch();
   const int warps = Is_split ? split_warps(params.num_splits) : 1;

@@ -52,14 +52,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
   // Causal row blocks near the end of the sequence see the most keys: start them first.
   const int m_block = Is_causal ? m_blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
   const int bidb = blockIdx.y, bidh = blockIdx.z;
-  if constexpr (Is_dropout) {
-    // The (seed, offset) this call drew, for the backward (a CUDA graph replay draws new ones).
-    if (params.dropout.rng_state && threadIdx.x == 0 && blockIdx.x == 0 && bidb == 0 && bidh == 0) {
-      const SeedOffset so = dropout_seed_offset(params.dropout);
-      params.dropout.rng_state[0] = int64_t(so.seed);
-      params.dropout.rng_state[1] = int64_t(so.offset);
-    }
-  }
+  if constexpr (Is_dropout) record_rng_state(params.dropout);
 
   const BlockInfo binfo(params, bidb);
   if (m_block * kBlockM >= binfo.seqlen_q) return;
@@ -130,9 +123,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
 
   Softmax<2 * decltype(size<1>(tOrO))::value, Traits::kLazyRescale> softmax;
   const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
-  const float alibi_slope = Has_mods && params.alibi_slopes
-                                ? params.alibi_slopes[bidb * params.alibi_batch_stride + bidh] / params.softmax_scale
-                                : 0.f;
+  const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
   Tensor tOrO_rc = make_tensor(tOrO.data(), acc_layout_rowcol(tOrO.layout()));  // (rows, head_dim cols)
   Tensor tScS_blocks = make_tensor(tScS.data(), acc_layout_mma_blocks(tScS.layout()));  // ((2, 2), MMA_M, N / 8)
   [[maybe_unused]] DropoutRng dropout_rng(0, 0, 0);

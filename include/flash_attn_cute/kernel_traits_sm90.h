@@ -32,7 +32,9 @@ struct FwdKernelTraitsSm90 {
   static_assert(kBlockM == 64 && kNWarps == 4, "one warpgroup, one 64-row warpgroup MMA");
   static constexpr int kCtasPerSm = fwd_sm90_ctas_per_sm(kHeadDim, kVariant);
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0);
-  static constexpr bool kLazyRescale = kHeadDim > 64 && kVariant == Variant::kPlain;  // as FwdKernelTraits
+  // The lazy rescale (softmax.h) only in the plain kernels: unlike FwdKernelTraits, the dropout ones
+  // rescale at every step too (the variant it was measured with).
+  static constexpr bool kLazyRescale = kHeadDim > 64 && kVariant == Variant::kPlain;
 
   using TileS = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // (M, N, K) of S = Q K^T
   using TileO = Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBlockN>>;  // (M, N, K) of O = P V

@@ -112,6 +112,12 @@ struct FwdParams {
     return softcap > 0.f || alibi_slopes != nullptr || window_needs_mods(window, is_causal);
   }
 
+  // The ALiBi slope of (batch entry, head) in units of the softmax scale (the kernels' scores), or
+  // 0 without ALiBi.
+  FLASH_PARAMS_HOST_DEVICE float alibi_slope_scaled(int bidb, int bidh) const {
+    return alibi_slopes ? alibi_slopes[bidb * alibi_batch_stride + bidh] / softmax_scale : 0.f;
+  }
+
   DropoutParams dropout;
   // Dropout training: O - O_rounded in the element type, laid out like o (ptr nullptr: not written).
   // The backward's D = rowsum(dO * (O + residual)) then carries no rounding error of O.
