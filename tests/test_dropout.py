@@ -26,7 +26,7 @@ def _run_with_probs(fn, inputs, dout):
 
 
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("head_dim", [40, 64, 111, 128, 256])
+@pytest.mark.parametrize("head_dim", [40, 64, 111, 128, 160, 256])
 @pytest.mark.parametrize("seqlens", [(1, 239), (113, 203), (127, 513), (512, 256), (1023, 1024)], ids=str)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("heads", ["mha", "gqa"])

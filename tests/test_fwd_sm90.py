@@ -101,7 +101,7 @@ MODS = [((-1, -1), False, 30.0, None), ((-1, -1), True, 5.0, None), ((-1, -1), F
 
 @pytest.mark.parametrize("window, causal, softcap, alibi", MODS, ids=[str(m) for m in MODS])
 @pytest.mark.parametrize("seqlens", [(113, 203), (333, 1023), (1023, 1024)], ids=str)
-@pytest.mark.parametrize("head_dim", [59, 96, 128, 256])
+@pytest.mark.parametrize("head_dim", [59, 96, 128, 160, 256])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 def test_hopper_score_mods_match_reference(dtype, head_dim, seqlens, window, causal, softcap, alibi):
     """Softcap, ALiBi (its causal form's LSE too) and windows on the Hopper kernel; causal windows

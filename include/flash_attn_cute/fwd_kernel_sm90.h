@@ -35,13 +35,17 @@ __host__ __device__ constexpr auto acc_layout_mma_blocks(Layout acc) {
                      make_layout(get<0, 2>(acc), get<2>(acc)));
 }
 
-// grid: (query row blocks, batch, heads), as flash_fwd_kernel.
-template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant>
+// grid: (query row blocks, batch, heads), as flash_fwd_kernel. Is_softcap (score-mod and dropout
+// variants): the softcap case is a kernel of its own, not a loop of the same kernel as in
+// fwd_kernel.h: with both loops in one kernel, ptxas kept values of each live across the other and
+// the hdim 128 kernels took 255 registers and spilled (174 and 190 registers for one loop each).
+template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, bool Is_softcap>
 __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
     flash_fwd_sm90_kernel(__grid_constant__ const FwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool Has_mods = kVariant != Variant::kPlain;
   constexpr bool Is_dropout = kVariant == Variant::kDropout;
+  static_assert(Has_mods || !Is_softcap);
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -175,7 +179,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
     copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, tQgQ, tQsQ, tQcQ, rows_left, params.head_dim);
     load_kv(tKgK, tKsK, range.n_block_max - 1, cute::true_type{});
     cp_async_fence();
-    fwd_mainloop<Has_mods>(range, params.softcap, fwd_step);
+    fwd_walk(range, cute::bool_constant<Is_softcap>{}, fwd_step);
   }
   // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
   auto lse = softmax.finalize(tOrO_rc, params.softmax_scale, Is_dropout ? params.dropout.rp : 1.f);
@@ -202,10 +206,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
 #endif
 }
 
-template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
-cudaError_t run_fwd_sm90(FwdParams const& params, cudaStream_t stream) {
-  using Traits = FwdKernelTraitsSm90<kHeadDim, kIsCausal, typename ElementOf<kDType>::type, kVariant>;
-  auto kernel = flash_fwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant>;
+template <class Traits, bool kIsCausal, bool kIsEvenK, Variant kVariant, bool kIsSoftcap>
+cudaError_t launch_fwd_sm90_kernel(FwdParams const& params, cudaStream_t stream) {
+  auto kernel = flash_fwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kIsSoftcap>;
   if (Traits::kSmemBytes >= kDefaultMaxDynamicSmemBytes) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
     if (err != cudaSuccess) return err;
@@ -213,6 +216,15 @@ cudaError_t run_fwd_sm90(FwdParams const& params, cudaStream_t stream) {
   const dim3 grid(ceil_div(params.seqlen_q, Traits::kBlockM), params.batch, params.heads);
   kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(params);
   return cudaPeekAtLastError();
+}
+
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
+cudaError_t run_fwd_sm90(FwdParams const& params, cudaStream_t stream) {
+  using Traits = FwdKernelTraitsSm90<kHeadDim, kIsCausal, typename ElementOf<kDType>::type, kVariant>;
+  if constexpr (kVariant != Variant::kPlain) {
+    if (params.softcap > 0.f) return launch_fwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, true>(params, stream);
+  }
+  return launch_fwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, false>(params, stream);
 }
 
 }  // namespace flash_attn_cute

@@ -9,31 +9,34 @@
 namespace flash_attn_cute {
 
 // Calls step(n_block, is_masked, is_first, with_softcap) for range's key blocks from the top down;
-// is_masked and with_softcap are cute::true_type / false_type. The first step always runs masked
-// (a no-op mask when its block is fully visible), so only the masked step carries the Is_first
-// softmax variant: one copy fewer of the loop body. With the score mods (Has_mods) there is one
-// loop per softcap case: ptxas predicates a softcap checked in the step instead of branching over
-// it, so every step would issue a tanh per score, softcap or not.
+// is_masked and with_softcap (passed through) are cute::true_type / false_type. The first step
+// always runs masked (a no-op mask when its block is fully visible), so only the masked step
+// carries the Is_first softmax variant: one copy fewer of the loop body.
+template <class WithSoftcap, class Step>
+__device__ __forceinline__ void fwd_walk(NBlockRange const& range, WithSoftcap with_softcap, Step&& step) {
+  for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
+    const bool is_first = n_block == range.n_block_max - 1;
+    if (is_first || range.is_masked(n_block)) {
+      step(n_block, cute::true_type{}, is_first, with_softcap);
+    } else {
+      step(n_block, cute::false_type{}, false, with_softcap);
+    }
+  }
+}
+
+// fwd_walk with one loop per softcap case when the variant has the score mods (Has_mods): ptxas
+// predicates a softcap checked in the step instead of branching over it, so every step would issue
+// a tanh per score, softcap or not.
 template <bool Has_mods, class Step>
 __device__ __forceinline__ void fwd_mainloop(NBlockRange const& range, float softcap, Step&& step) {
-  auto loop = [&](auto with_softcap) __attribute__((always_inline)) {
-    for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
-      const bool is_first = n_block == range.n_block_max - 1;
-      if (is_first || range.is_masked(n_block)) {
-        step(n_block, cute::true_type{}, is_first, with_softcap);
-      } else {
-        step(n_block, cute::false_type{}, false, with_softcap);
-      }
-    }
-  };
   if constexpr (Has_mods) {
     if (softcap > 0.f) {
-      loop(cute::true_type{});
+      fwd_walk(range, cute::true_type{}, step);
     } else {
-      loop(cute::false_type{});
+      fwd_walk(range, cute::false_type{}, step);
     }
   } else {
-    loop(cute::false_type{});
+    fwd_walk(range, cute::false_type{}, step);
   }
 }
 
