@@ -67,11 +67,14 @@ constexpr FwdTileShape fwd_sm90_tile_shape(int /* kernel_head_dim */) { return {
 
 // Its CTAs per SM, the register cap of __launch_bounds__. Plain: four up to head dim 64 (128
 // registers per thread, no spills; hdim 64 causal 5-12 % faster than three), three up to 128 (168:
-// S and O take 96), two above (at 256 O alone takes 128). The score-mod and dropout variants need
-// one CTA fewer up to 128: at three, the hdim 128 score-mod kernels spilled 1.5 KB.
+// S and O take 96), two above (at 256 O alone takes 128). Score mods: three up to 128 (168
+// registers, no spills, since the softcap case is a kernel of its own; against two at hdim 128,
+// session 18: softcap 12 % and softcap + ALiBi 13 % faster causal, ALiBi 2-7 %). Dropout: one fewer
+// than plain up to 128 (at three its Philox state spilled 72-200 bytes).
 constexpr int fwd_sm90_ctas_per_sm(int kernel_head_dim, Variant variant) {
   const int plain = kernel_head_dim <= 64 ? 4 : kernel_head_dim <= 128 ? 3 : 2;
-  return plain - (variant != Variant::kPlain && kernel_head_dim <= 128 ? 1 : 0);
+  if (variant == Variant::kPlain || kernel_head_dim > 128) return plain;
+  return variant == Variant::kScoreMods ? 3 : plain - 1;
 }
 
 // Shared memory of a forward CTA: Q, one K and one V tile (16-bit elements).

@@ -106,8 +106,12 @@ void test_tile_table() {
     CHECK(sm90.block_m == 64 && sm90.n_warps == 4, fmt("sm90 tile of hdim %d: one 64-row warpgroup", kFwdHeadDims[i]));
     CHECK(sm90.block_n > 0 && sm90.block_n % 16 == 0, fmt("sm90 tile of hdim %d: block_n a multiple of 16", kFwdHeadDims[i]));
     const int ctas = fwd_sm90_ctas_per_sm(kFwdHeadDims[i], Variant::kPlain);
-    CHECK(ctas >= 2 && fwd_sm90_ctas_per_sm(kFwdHeadDims[i], Variant::kScoreMods) >= 2,
+    CHECK(ctas >= 2 && fwd_sm90_ctas_per_sm(kFwdHeadDims[i], Variant::kScoreMods) >= 2 &&
+              fwd_sm90_ctas_per_sm(kFwdHeadDims[i], Variant::kDropout) >= 2,
           fmt("sm90 tile of hdim %d: two CTAs per SM or more", kFwdHeadDims[i]));
+    CHECK(fwd_sm90_ctas_per_sm(kFwdHeadDims[i], Variant::kScoreMods) <= ctas &&
+              fwd_sm90_ctas_per_sm(kFwdHeadDims[i], Variant::kDropout) <= ctas,
+          fmt("sm90 tile of hdim %d: the score-mod and dropout kernels no more CTAs per SM than plain", kFwdHeadDims[i]));
     CHECK(ctas * (fwd_smem_bytes(sm90, kFwdHeadDims[i]) + 2048) <= 228 * 1024,
           fmt("sm90 tile of hdim %d: %d CTAs per SM", kFwdHeadDims[i], ctas));
   }
