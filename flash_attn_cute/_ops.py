@@ -27,7 +27,7 @@ def kernel_head_dim(head_dim):
 # windows) or "dropout" (dropout, with the score mods).
 BUILT_FWD_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _C.built_fwd_kernels())
 BUILT_BWD_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _C.built_bwd_kernels())
-# {(dtype name, kernel head dim, causal, variant)} of the Hopper forward (sm_90a; "plain" or "mods"),
+# {(dtype name, kernel head dim, causal, variant)} of the Hopper forward (sm_90a; "plain", "mods" or "dropout"),
 # which whole launches take on compute capability 9.0 unless FLASH_ATTN_CUTE_SM90=0.
 BUILT_FWD_SM90_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _C.built_fwd_sm90_kernels())
 

@@ -61,6 +61,15 @@ struct BlockInfo {
   FLASH_HOST_DEVICE index_t k_offset(TensorView const& t, int h) const {
     return k_batch * t.batch_stride + k_row_start * t.row_stride + h * t.head_stride;
   }
+  // Those rows' first element, typed.
+  template <class Element>
+  FLASH_HOST_DEVICE Element* q_head(TensorView const& t, int bidb, int h) const {
+    return static_cast<Element*>(t.ptr) + q_offset(t, bidb, h);
+  }
+  template <class Element>
+  FLASH_HOST_DEVICE Element* k_head(TensorView const& t, int h) const {
+    return static_cast<Element*>(t.ptr) + k_offset(t, h);
+  }
   // Offset of row 0 of (batch bidb, head h) in softmax_lse.
   FLASH_HOST_DEVICE index_t lse_offset(FwdParams const& params, int bidb, int h) const {
     return (is_varlen ? q_row_start : bidb * params.lse_batch_stride) + h * params.lse_head_stride;

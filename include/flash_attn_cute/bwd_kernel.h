@@ -53,13 +53,11 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   auto tile_nk = Shape<Int<kBlockN>, Int<kHeadDim>>{};
   auto tile_mk = Shape<Int<kBlockM>, Int<kHeadDim>>{};
   auto k_side_tile = [&](TensorView const& t) {  // (kBlockN, kHeadDim) of this CTA's KV head
-    Element* ptr = static_cast<Element*>(t.ptr) + binfo.k_offset(t, bidh_kv) + n_start * t.row_stride;
-    return make_tensor(make_gmem_ptr(ptr), tile_nk, make_stride(t.row_stride, _1{}));
+    return gmem_row_tile<kBlockN, kHeadDim>(binfo.k_head<Element>(t, bidh_kv), t.row_stride, n_start);
   };
   auto q_side_tile = [&](TensorView const& t, int bidh, int m_block) {  // (kBlockM, kHeadDim)
-    Element* ptr = static_cast<Element*>(t.ptr) + binfo.q_offset(t, bidb, bidh) +
-                   index_t(m_block) * kBlockM * t.row_stride;
-    return make_tensor(make_gmem_ptr(ptr), tile_mk, make_stride(t.row_stride, _1{}));
+    return gmem_row_tile<kBlockM, kHeadDim>(binfo.q_head<Element>(t, bidb, bidh), t.row_stride,
+                                            index_t(m_block) * kBlockM);
   };
 
   // Shared memory: Q x 2, dO x 2, K, V, P, dS (then LSE and D, the dQ tile), and the transposed

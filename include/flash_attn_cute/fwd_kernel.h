@@ -64,22 +64,16 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
 
   // Global tiles. gK / gV carry a third mode over key blocks.
   auto tile_mk = Shape<Int<kBlockM>, Int<kHeadDim>>{};
-  Element* q_ptr = static_cast<Element*>(params.q.ptr) + binfo.q_offset(params.q, bidb, bidh);
-  Element* o_ptr = static_cast<Element*>(params.o.ptr) + binfo.q_offset(params.o, bidb, bidh);
-  Element* k_ptr = static_cast<Element*>(params.k.ptr) + binfo.k_offset(params.k, bidh_kv);
-  Element* v_ptr = static_cast<Element*>(params.v.ptr) + binfo.k_offset(params.v, bidh_kv);
+  Element* q_ptr = binfo.q_head<Element>(params.q, bidb, bidh);
+  Element* o_ptr = binfo.q_head<Element>(params.o, bidb, bidh);
+  Element* k_ptr = binfo.k_head<Element>(params.k, bidh_kv);
+  Element* v_ptr = binfo.k_head<Element>(params.v, bidh_kv);
   const index_t m_start = index_t(m_block) * kBlockM;
-  Tensor gQ = make_tensor(make_gmem_ptr(q_ptr + m_start * params.q.row_stride), tile_mk,
-                          make_stride(params.q.row_stride, _1{}));  // (kBlockM, kHeadDim)
-  Tensor gO = make_tensor(make_gmem_ptr(o_ptr + m_start * params.o.row_stride), tile_mk,
-                          make_stride(params.o.row_stride, _1{}));  // (kBlockM, kHeadDim)
-  auto kv_blocks = [&](Element* ptr, index_t row_stride) {
-    return make_tensor(make_gmem_ptr(ptr),
-                       make_shape(Int<kBlockN>{}, Int<kHeadDim>{}, range.n_block_max),
-                       make_stride(row_stride, _1{}, row_stride * kBlockN));  // (kBlockN, kHeadDim, n)
-  };
-  Tensor gK = kv_blocks(k_ptr, params.k.row_stride);  // (kBlockN, kHeadDim, n)
-  Tensor gV = kv_blocks(v_ptr, params.v.row_stride);  // (kBlockN, kHeadDim, n)
+  Tensor gQ = gmem_row_tile<kBlockM, kHeadDim>(q_ptr, params.q.row_stride, m_start);  // (kBlockM, kHeadDim)
+  Tensor gO = gmem_row_tile<kBlockM, kHeadDim>(o_ptr, params.o.row_stride, m_start);  // (kBlockM, kHeadDim)
+  // (kBlockN, kHeadDim, n)
+  Tensor gK = gmem_row_tiles<kBlockN, kHeadDim>(k_ptr, params.k.row_stride, range.n_block_max);
+  Tensor gV = gmem_row_tiles<kBlockN, kHeadDim>(v_ptr, params.v.row_stride, range.n_block_max);
   Tensor gLSE = make_tensor(make_gmem_ptr(params.softmax_lse_ptr + binfo.lse_offset(params, bidb, bidh) + m_start),
                             Shape<Int<kBlockM>>{});  // (kBlockM)
 
@@ -115,9 +109,8 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
     if constexpr (Is_split) {
       if (params.block_table != nullptr && params.page_size % kBlockN == 0) {
         const index_t offset = paged_row_offset(params, view, bidb, n_block * kBlockN);
-        Tensor gBlock = make_tensor(make_gmem_ptr(head_ptr + (offset < 0 ? 0 : offset)),
-                                    Shape<Int<kBlockN>, Int<kHeadDim>>{},
-                                    make_stride(view.row_stride, _1{}));  // (kBlockN, kHeadDim)
+        Tensor gBlock = gmem_row_tile<kBlockN, kHeadDim>(head_ptr + (offset < 0 ? 0 : offset), view.row_stride,
+                                                         0);  // (kBlockN, kHeadDim)
         copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, gmem_thr_copy.partition_S(gBlock), tsmem, tKVcKV,
                                        offset < 0 ? 0 : rows_valid, params.head_dim);
         return;
@@ -232,10 +225,8 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
     write_o<Traits, Is_even_K>(tOrO, lse, gO, sO, gLSE, rows_left, params.head_dim, tidx);
     if constexpr (Is_dropout) {
       if (params.o_residual.ptr != nullptr) {
-        Tensor gOres = make_tensor(make_gmem_ptr(static_cast<Element*>(params.o_residual.ptr) +
-                                                 binfo.q_offset(params.o_residual, bidb, bidh) +
-                                                 m_start * params.o_residual.row_stride),
-                                   tile_mk, make_stride(params.o_residual.row_stride, _1{}));  // (kBlockM, kHeadDim)
+        Tensor gOres = gmem_row_tile<kBlockM, kHeadDim>(binfo.q_head<Element>(params.o_residual, bidb, bidh),
+                                                        params.o_residual.row_stride, m_start);  // (kBlockM, kHeadDim)
         __syncthreads();  // every thread is done reading O from sO
         store_tile_via_smem<typename Traits::SmemCopyAtomO, typename Traits::GmemTiledCopyO, Is_even_K>(
             typename Traits::TiledMma{}, rounding_residual<Element>(tOrO), sO, gOres, rows_left, params.head_dim,

@@ -67,20 +67,16 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
 
   // Global tiles. gK / gV carry a third mode over key blocks.
   auto tile_mk = Shape<Int<kBlockM>, Int<kHeadDim>>{};
-  Element* q_ptr = static_cast<Element*>(params.q.ptr) + binfo.q_offset(params.q, bidb, bidh);
-  Element* o_ptr = static_cast<Element*>(params.o.ptr) + binfo.q_offset(params.o, bidb, bidh);
+  Element* q_ptr = binfo.q_head<Element>(params.q, bidb, bidh);
+  Element* o_ptr = binfo.q_head<Element>(params.o, bidb, bidh);
   const index_t m_start = index_t(m_block) * kBlockM;
-  Tensor gQ = make_tensor(make_gmem_ptr(q_ptr + m_start * params.q.row_stride), tile_mk,
-                          make_stride(params.q.row_stride, _1{}));  // (kBlockM, kHeadDim)
-  Tensor gO = make_tensor(make_gmem_ptr(o_ptr + m_start * params.o.row_stride), tile_mk,
-                          make_stride(params.o.row_stride, _1{}));  // (kBlockM, kHeadDim)
-  auto kv_blocks = [&](TensorView const& view) {
-    Element* ptr = static_cast<Element*>(view.ptr) + binfo.k_offset(view, bidh_kv);
-    return make_tensor(make_gmem_ptr(ptr), make_shape(Int<kBlockN>{}, Int<kHeadDim>{}, range.n_block_max),
-                       make_stride(view.row_stride, _1{}, view.row_stride * kBlockN));  // (kBlockN, kHeadDim, n)
+  Tensor gQ = gmem_row_tile<kBlockM, kHeadDim>(q_ptr, params.q.row_stride, m_start);  // (kBlockM, kHeadDim)
+  Tensor gO = gmem_row_tile<kBlockM, kHeadDim>(o_ptr, params.o.row_stride, m_start);  // (kBlockM, kHeadDim)
+  auto key_blocks = [&](TensorView const& t) {  // (kBlockN, kHeadDim, n)
+    return gmem_row_tiles<kBlockN, kHeadDim>(binfo.k_head<Element>(t, bidh_kv), t.row_stride, range.n_block_max);
   };
-  Tensor gK = kv_blocks(params.k);
-  Tensor gV = kv_blocks(params.v);
+  Tensor gK = key_blocks(params.k);
+  Tensor gV = key_blocks(params.v);
   Tensor gLSE = make_tensor(make_gmem_ptr(params.softmax_lse_ptr + binfo.lse_offset(params, bidb, bidh) + m_start),
                             Shape<Int<kBlockM>>{});  // (kBlockM)
 
@@ -192,10 +188,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
   write_o<Traits, Is_even_K>(tOrO, lse, gO, sO, gLSE, rows_left, params.head_dim, tidx);
   if constexpr (Is_dropout) {
     if (params.o_residual.ptr != nullptr) {
-      Tensor gOres = make_tensor(make_gmem_ptr(static_cast<Element*>(params.o_residual.ptr) +
-                                               binfo.q_offset(params.o_residual, bidb, bidh) +
-                                               m_start * params.o_residual.row_stride),
-                                 tile_mk, make_stride(params.o_residual.row_stride, _1{}));  // (kBlockM, kHeadDim)
+      Tensor gOres = gmem_row_tile<kBlockM, kHeadDim>(binfo.q_head<Element>(params.o_residual, bidb, bidh),
+                                                      params.o_residual.row_stride, m_start);  // (kBlockM, kHeadDim)
       __syncthreads();  // every thread is done reading O from sO
       store_tile_via_smem<typename Traits::SmemCopyAtomO, typename Traits::GmemTiledCopyO, Is_even_K>(
           tiled_mma_o, rounding_residual<Element>(tOrO), sO, gOres, rows_left, params.head_dim, tidx);

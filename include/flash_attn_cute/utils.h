@@ -62,6 +62,21 @@ __device__ __forceinline__ void for_each_acc_pair(TensorAcc const& acc, TensorC 
   }
 }
 
+// Rows [row0, row0 + kRows) of a row-major matrix whose rows lie row_stride elements apart, as a
+// (kRows, kCols) global tile: a row block of Q, O or dQ, a key block of K or V.
+template <int kRows, int kCols, class Element>
+__device__ __forceinline__ auto gmem_row_tile(Element* ptr, int64_t row_stride, int64_t row0) {
+  return make_tensor(make_gmem_ptr(ptr + row0 * row_stride), Shape<Int<kRows>, Int<kCols>>{},
+                     make_stride(row_stride, _1{}));
+}
+
+// The same matrix as n consecutive such tiles, (kRows, kCols, n): K's or V's key blocks.
+template <int kRows, int kCols, class Element>
+__device__ __forceinline__ auto gmem_row_tiles(Element* ptr, int64_t row_stride, int n) {
+  return make_tensor(make_gmem_ptr(ptr), make_shape(Int<kRows>{}, Int<kCols>{}, n),
+                     make_stride(row_stride, _1{}, row_stride * kRows));
+}
+
 // The same partitioned tile, slot slots of slot_elems elements further on in shared memory (a
 // multi-buffered tile).
 template <class TensorT>
