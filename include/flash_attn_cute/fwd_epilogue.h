@@ -13,9 +13,11 @@ using namespace cute;
 // tOrO: the normalised fp32 O accumulator (MMA, MMA_M, MMA_K); lse: one value per accumulator row.
 // gO: this row block's (kBlockM, kHeadDim) tile of O; gLSE: (kBlockM) slice of softmax_lse.
 // sO may alias Q's shared memory: the caller guarantees every warp is done reading Q.
-template <class Traits, bool Is_even_K, class TensorO, class TensorLse, class TensorGO, class TensorSO, class TensorGLse>
+// sync: the barrier of the threads that share sO (store_tile_via_smem).
+template <class Traits, bool Is_even_K, class TensorO, class TensorLse, class TensorGO, class TensorSO, class TensorGLse,
+          class Sync = SyncThreads>
 __device__ __forceinline__ void write_o(TensorO const& tOrO, TensorLse const& lse, TensorGO& gO, TensorSO& sO,
-                                        TensorGLse& gLSE, int rows_left, int head_dim, int tidx) {
+                                        TensorGLse& gLSE, int rows_left, int head_dim, int tidx, Sync sync = {}) {
   using Element = typename Traits::Element;
   typename Traits::TiledMma tiled_mma;
   // LSE: the thread holding column 0 of a row writes it.
@@ -31,7 +33,7 @@ __device__ __forceinline__ void write_o(TensorO const& tOrO, TensorLse const& ls
     }
   }
   store_tile_via_smem<typename Traits::SmemCopyAtomO, typename Traits::GmemTiledCopyO, Is_even_K>(
-      tiled_mma, convert_type<Element>(tOrO), sO, gO, rows_left, head_dim, tidx);
+      tiled_mma, convert_type<Element>(tOrO), sO, gO, rows_left, head_dim, tidx, sync);
 }
 
 // O's rounding residual O - O_rounded in the element type, for the backward's D = rowsum(dO * O):

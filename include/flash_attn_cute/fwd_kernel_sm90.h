@@ -12,6 +12,7 @@
 #include "block_info.h"
 #include "dropout.h"
 #include "fwd_epilogue.h"
+#include "fwd_kernel_sm90_ws.h"
 #include "fwd_mainloop.h"
 #include "kernel_traits_sm90.h"
 #include "launch.h"
@@ -24,16 +25,6 @@
 namespace flash_attn_cute {
 
 using namespace cute;
-
-// A warpgroup MMA accumulator ((2, 2, N / 8), MMA_M, MMA_N) seen as m16n8 blocks ((2, 2), MMA_M,
-// (N / 8, MMA_N)), the layout the dropout mask (dropout.h) is drawn over: the same entries, at the
-// same (row, col), so the SM80 backward draws the same mask.
-template <class Layout>
-__host__ __device__ constexpr auto acc_layout_mma_blocks(Layout acc) {
-  static_assert(decltype(rank<0>(acc))::value == 3);
-  return make_layout(make_layout(get<0, 0>(acc), get<0, 1>(acc)), get<1>(acc),
-                     make_layout(get<0, 2>(acc), get<2>(acc)));
-}
 
 // grid: (query row blocks, batch, heads), as flash_fwd_kernel. Is_softcap (score-mod and dropout
 // variants): the softcap case is a kernel of its own, not a loop of the same kernel as in
@@ -214,11 +205,15 @@ cudaError_t launch_fwd_sm90_kernel(FwdParams const& params, cudaStream_t stream)
 
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_fwd_sm90(FwdParams const& params, cudaStream_t stream) {
-  using Traits = FwdKernelTraitsSm90<kHeadDim, kIsCausal, typename ElementOf<kDType>::type, kVariant>;
-  if constexpr (kVariant != Variant::kPlain) {
-    if (params.softcap > 0.f) return launch_fwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, true>(params, stream);
+  if constexpr (kHeadDim <= 128) {
+    return run_fwd_sm90_ws<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant>(params, stream);
+  } else {
+    using Traits = FwdKernelTraitsSm90<kHeadDim, kIsCausal, typename ElementOf<kDType>::type, kVariant>;
+    if constexpr (kVariant != Variant::kPlain) {
+      if (params.softcap > 0.f) return launch_fwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, true>(params, stream);
+    }
+    return launch_fwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, false>(params, stream);
   }
-  return launch_fwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, false>(params, stream);
 }
 
 }  // namespace flash_attn_cute

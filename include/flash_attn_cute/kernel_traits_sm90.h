@@ -62,4 +62,62 @@ struct FwdKernelTraitsSm90 {
   using GmemTiledCopyO = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyStore;
 };
 
+// The warp-specialized Hopper forward (fwd_kernel_sm90_ws.h): warpgroup 0 loads, kConsumers
+// warpgroups compute, each on its own 64 query rows; K and V stream through kStages buffers each.
+template <int kHeadDim_, typename Element_, Variant kVariant = Variant::kPlain>
+struct FwdKernelTraitsSm90Ws {
+  using Element = Element_;
+  using ElementAccum = float;
+
+  static constexpr FwdTileShape kTile = fwd_sm90_ws_tile_shape(kHeadDim_);
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kTile.block_m;
+  static constexpr int kBlockN = kTile.block_n;
+  static constexpr int kConsumers = kBlockM / 64;
+  static constexpr int kNConsumerThreads = 128 * kConsumers;
+  static constexpr int kNProducerThreads = 128;
+  static constexpr int kNThreads = kNProducerThreads + kNConsumerThreads;
+  static_assert(kTile.n_warps * 32 == kNThreads);
+  static constexpr int kStages = 2;
+  // setmaxnreg: the producer's copies need few registers, the consumers' S, P and O many.
+  static constexpr int kProducerRegs = 56;
+  static constexpr int kConsumerRegs = 224;
+  static_assert(kNProducerThreads * kProducerRegs + kNConsumerThreads * kConsumerRegs <= 65536);
+  static constexpr bool kLazyRescale = kHeadDim > 64 && kVariant == Variant::kPlain;
+  static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0);
+
+  // One warpgroup MMA per consumer warpgroup, each on its own 64 rows; K and V are shared.
+  using TileS = Shape<_64, Int<kBlockN>, Int<kHeadDim>>;  // (M, N, K) of one warpgroup's S = Q K^T
+  using TileO = Shape<_64, Int<kHeadDim>, Int<kBlockN>>;  // (M, N, K) of one warpgroup's O = P V
+  using ConsumerLayout = Layout<Shape<Int<kConsumers>, _1, _1>>;
+  using TiledMmaS = decltype(make_tiled_mma(SM90::GMMA::ss_op_selector<Element, Element, ElementAccum, TileS>(),
+                                            ConsumerLayout{}));
+  using TiledMma = decltype(make_tiled_mma(
+      SM90::GMMA::rs_op_selector<Element, Element, ElementAccum, TileO, SM90::GMMA::Major::K,
+                                 SM90::GMMA::Major::MN>(),
+      ConsumerLayout{}));  // O = P V; write_o reads its C layout
+
+  using SmemLayoutQ = decltype(tile_to_shape(GmmaSmemAtomK<Element, kHeadDim>{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  // (kBlockN, head_dim) of one buffer, (kBlockN, head_dim, stage) of all: the buffers follow
+  // each other, whole numbers of swizzle atoms.
+  using SmemLayoutKVStage = decltype(tile_to_shape(GmmaSmemAtomK<Element, kHeadDim>{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  using SmemLayoutKV = decltype(tile_to_shape(GmmaSmemAtomK<Element, kHeadDim>{},
+                                              Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
+  static_assert(cosize_v<SmemLayoutKV> == kStages * cosize_v<SmemLayoutKVStage>);
+  // (head_dim, kBlockN, stage): V's bytes viewed transposed.
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  using SmemLayoutO = SmemLayoutQ;  // the output tile reuses Q's shared memory
+  using SmemCopyAtomO = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
+
+  static constexpr int kSmemQBytes = cosize_v<SmemLayoutQ> * sizeof(Element);
+  static constexpr int kSmemKVBytes = cosize_v<SmemLayoutKV> * sizeof(Element);  // every stage
+  static constexpr int kSmemBarrierBytes = 128;
+  static constexpr int kSmemBytes = kSmemQBytes + 2 * kSmemKVBytes + kSmemBarrierBytes;
+  static_assert(kSmemQBytes % 1024 == 0 && kSmemKVBytes % (1024 * kStages) == 0, "swizzle atoms start 1024-byte aligned");
+
+  using GmemTiledCopyQKV = typename GmemCopies<Element, kNProducerThreads, kHeadDim>::TiledCopyAsync;
+  using GmemTiledCopyO = typename GmemCopies<Element, kNConsumerThreads, kHeadDim>::TiledCopyStore;
+};
+
 }  // namespace flash_attn_cute

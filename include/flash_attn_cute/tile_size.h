@@ -77,6 +77,10 @@ constexpr int fwd_sm90_ctas_per_sm(int kernel_head_dim, Variant variant) {
   return variant == Variant::kScoreMods ? 3 : plain - 1;
 }
 
+// The warp-specialized Hopper forward (fwd_kernel_sm90_ws.h), one CTA per SM: a producer warpgroup
+// and two consumer warpgroups of 64 query rows each (128-row tiles) over 128-key steps.
+constexpr FwdTileShape fwd_sm90_ws_tile_shape(int /* kernel_head_dim */) { return {128, 128, 12}; }
+
 // Shared memory of a forward CTA: Q, one K and one V tile (16-bit elements).
 constexpr int fwd_smem_bytes(FwdTileShape tile, int kernel_head_dim) {
   return (tile.block_m + 2 * tile.block_n) * kernel_head_dim * 2;

@@ -200,18 +200,25 @@ __device__ __forceinline__ void copy_in_bounds(TiledCopy const& tiled_copy, Tens
   }
 }
 
+// The barrier of the CTA's threads that share a tile in shared memory: all of them by default; the
+// warp-specialized kernel's consumers pass their named barrier.
+struct SyncThreads {
+  __device__ void operator()() const { __syncthreads(); }
+};
+
 // Stores rTile, an MMA-layout register tile of tiled_mma's output (in the element type), to gTile:
 // into sTile through the tiled copy C of SmemCopyAtom, a barrier, then out in GmemTiledCopy's
 // 16-byte vectors, predicated on rows (rows_left) and, unless Is_even_K, columns (head_dim). sTile
 // must be free (the caller has synchronised); it is still being read when this returns.
 template <class SmemCopyAtom, class GmemTiledCopy, bool Is_even_K, class TiledMma, class TensorR, class TensorS,
-          class TensorG>
+          class TensorG, class Sync = SyncThreads>
 __device__ __forceinline__ void store_tile_via_smem(TiledMma const& tiled_mma, TensorR const& rTile, TensorS& sTile,
-                                                    TensorG& gTile, int rows_left, int head_dim, int tidx) {
+                                                    TensorG& gTile, int rows_left, int head_dim, int tidx,
+                                                    Sync sync = {}) {
   auto smem_tiled_copy = make_tiled_copy_C(SmemCopyAtom{}, tiled_mma);
   auto smem_thr_copy = smem_tiled_copy.get_thread_slice(tidx);
   copy(smem_tiled_copy, smem_thr_copy.retile_S(rTile), smem_thr_copy.partition_D(sTile));
-  __syncthreads();
+  sync();
   GmemTiledCopy gmem_tiled_copy;
   auto gmem_thr_copy = gmem_tiled_copy.get_thread_slice(tidx);
   Tensor tTsT = gmem_thr_copy.partition_S(sTile);                                   // (CPY, CPY_ROW, CPY_K)

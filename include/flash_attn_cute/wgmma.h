@@ -1,5 +1,6 @@
-// Warpgroup MMA (wgmma, sm_90a) helpers of the Hopper forward (fwd_kernel_sm90.h): the GEMM of one
-// warpgroup and the barrier that publishes cp.async copies to it.
+// Warpgroup MMA (wgmma, sm_90a) helpers of the Hopper forwards (fwd_kernel_sm90.h,
+// fwd_kernel_sm90_ws.h): one warpgroup's GEMM, the barrier that publishes cp.async copies to it, and
+// the synchronisation of the warp-specialized kernel (its shared-memory rings and named barriers).
 #pragma once
 
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
@@ -10,10 +11,20 @@ namespace flash_attn_cute {
 
 using namespace cute;
 
-// acc (+)= A B by one warpgroup MMA per k16 slab, A from shared memory (descriptors) or registers.
-// Returns when the MMAs are done (acc is ready, their shared memory free again).
+// A warpgroup MMA accumulator ((2, 2, N / 8), MMA_M, MMA_N) seen as m16n8 blocks ((2, 2), MMA_M,
+// (N / 8, MMA_N)), the layout the dropout mask (dropout.h) is drawn over: the same entries, at the
+// same (row, col), so the SM80 backward draws the same mask.
+template <class Layout>
+__host__ __device__ constexpr auto acc_layout_mma_blocks(Layout acc) {
+  static_assert(decltype(rank<0>(acc))::value == 3);
+  return make_layout(make_layout(get<0, 0>(acc), get<0, 1>(acc)), get<1>(acc),
+                     make_layout(get<0, 2>(acc), get<2>(acc)));
+}
+
+// Issues acc (+)= A B, one warpgroup MMA per k16 slab, A from shared memory (descriptors) or
+// registers, as one commit group; warpgroup_mma_done waits for it.
 template <bool kZeroInit, class TiledMma, class TensorA, class TensorB, class TensorAcc>
-__device__ __forceinline__ void wgmma_gemm(TiledMma& tiled_mma, TensorA& tCrA, TensorB const& tCrB, TensorAcc& acc) {
+__device__ __forceinline__ void wgmma_issue(TiledMma& tiled_mma, TensorA& tCrA, TensorB const& tCrB, TensorAcc& acc) {
   constexpr bool kARegs = !std::is_same_v<typename TensorA::value_type, GmmaDescriptor>;
   if constexpr (kARegs) warpgroup_fence_operand(tCrA);
   warpgroup_fence_operand(acc);
@@ -25,9 +36,25 @@ __device__ __forceinline__ void wgmma_gemm(TiledMma& tiled_mma, TensorA& tCrA, T
     tiled_mma.accumulate_ = SM90::GMMA::ScaleOut::One;
   }
   warpgroup_commit_batch();
+}
+
+// Waits for every MMA this warpgroup issued: acc is ready, their shared memory free again.
+template <class... Tensors>
+__device__ __forceinline__ void warpgroup_mma_done(Tensors&... operands) {
   warpgroup_wait<0>();
-  warpgroup_fence_operand(acc);
-  if constexpr (kARegs) warpgroup_fence_operand(tCrA);
+  (warpgroup_fence_operand(operands), ...);
+}
+
+// acc (+)= A B, returning when the MMAs are done.
+template <bool kZeroInit, class TiledMma, class TensorA, class TensorB, class TensorAcc>
+__device__ __forceinline__ void wgmma_gemm(TiledMma& tiled_mma, TensorA& tCrA, TensorB const& tCrB, TensorAcc& acc) {
+  wgmma_issue<kZeroInit>(tiled_mma, tCrA, tCrB, acc);
+  constexpr bool kARegs = !std::is_same_v<typename TensorA::value_type, GmmaDescriptor>;
+  if constexpr (kARegs) {
+    warpgroup_mma_done(acc, tCrA);
+  } else {
+    warpgroup_mma_done(acc);
+  }
 }
 
 // cp.async's shared-memory writes are ordinary ones; the warpgroup MMAs read through the async
@@ -37,5 +64,46 @@ __device__ __forceinline__ void wait_copies_and_sync() {
   cutlass::arch::fence_view_async_shared();
   __syncthreads();
 }
+
+// Named barriers (bar.sync / bar.arrive with a thread count); id 0 is __syncthreads'.
+__device__ __forceinline__ void named_barrier_sync(int id, int n_threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n_threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int n_threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n_threads) : "memory");
+}
+
+// A ring of kStages shared-memory buffers between a producer warpgroup and the consumer
+// warpgroups. Use i of the ring (i = 0, 1, ...) fills buffer i % kStages. Producer: acquire(i)
+// (the consumers are done with use i - kStages), issue the cp.async copies, commit(i) (the
+// buffer's `full` barrier completes when every producer thread's copies have landed). Consumers:
+// wait(i), read, release(i). Each barrier's phase flips once per round of the ring.
+template <int kStages>
+struct SmemRing {
+  uint64_t full[kStages];
+  uint64_t empty[kStages];
+
+  __device__ void init(int n_producers, int n_consumers) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      cutlass::arch::ClusterBarrier::init(&full[s], n_producers);
+      cutlass::arch::ClusterBarrier::init(&empty[s], n_consumers);
+    }
+  }
+  static __device__ int stage(int i) { return i % kStages; }
+  static __device__ uint32_t phase(int i) { return uint32_t(i / kStages) & 1u; }
+  // A fresh barrier counts its phase before 0 (parity 1) as complete: the first round passes.
+  __device__ void acquire(int i) { cutlass::arch::ClusterBarrier::wait(&empty[stage(i)], phase(i) ^ 1u); }
+  __device__ void commit(int i) {
+    cutlass::arch::cpasync_barrier_arrive(&full[stage(i)]);  // completes when this thread's copies land
+    cutlass::arch::ClusterBarrier::arrive(&full[stage(i)]);
+  }
+  // The copies are ordinary shared-memory writes and the MMAs read through the async proxy.
+  __device__ void wait(int i) {
+    cutlass::arch::ClusterBarrier::wait(&full[stage(i)], phase(i));
+    cutlass::arch::fence_view_async_shared();
+  }
+  __device__ void release(int i) { cutlass::arch::ClusterBarrier::arrive(&empty[stage(i)]); }
+};
 
 }  // namespace flash_attn_cute
