@@ -28,7 +28,7 @@ def _kernel_names(fn):
 
 
 def _takes_hopper_kernel(fn):
-    return any("flash_fwd_sm90_kernel" in name for name in _kernel_names(fn))
+    return any("flash_fwd_sm90" in name for name in _kernel_names(fn))
 
 
 def _require_built(dtype, head_dim, causal, variant="plain"):
