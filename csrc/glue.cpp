@@ -317,6 +317,8 @@ void fill_params(FwdParams& params, Problem const& p, at::Tensor const& q, at::T
   // FLASH_ATTN_CUTE_SM90=0 keeps Hopper on the SM80 kernels (read at every call: A/B in one process).
   const char* sm90 = std::getenv("FLASH_ATTN_CUTE_SM90");
   params.use_sm90 = major == 9 && minor == 0 && !(sm90 != nullptr && std::string(sm90) == "0");
+  const char* sm90_ws = std::getenv("FLASH_ATTN_CUTE_SM90_WS");
+  params.sm90_ws = sm90_ws == nullptr ? -1 : std::string(sm90_ws) == "1" ? 1 : std::string(sm90_ws) == "0" ? 0 : -1;
 }
 
 }  // namespace flash_attn_cute

@@ -9,8 +9,10 @@ import torch
 
 import flash_attn_cute as fac
 from flash_attn_cute._ops import BUILT_FWD_SM90_KERNELS, kernel_causal, kernel_head_dim, kernel_variant
-from flash_attn_cute.reference import attention_varlen_ref
+from flash_attn_cute.reference import attention_ref, attention_varlen_ref
 
+from test_bwd import _check_grads
+from test_dropout import _run_with_probs
 from test_fwd import DTYPES, _assert_close_rule, _assert_lse_close, _check, _randn
 
 pytestmark = [pytest.mark.cuda, pytest.mark.sm90]
@@ -27,8 +29,25 @@ def _kernel_names(fn):
     return {e.key for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA}
 
 
-def _takes_hopper_kernel(fn):
-    return any("flash_fwd_sm90" in name for name in _kernel_names(fn))
+def _takes_hopper_kernel(fn, ws=False):
+    """Whether fn runs a Hopper forward kernel (ws: the warp-specialized one)."""
+    kernel = "flash_fwd_sm90_ws_kernel" if ws else "flash_fwd_sm90"
+    return any(kernel in name for name in _kernel_names(fn))
+
+
+@pytest.fixture(params=["auto", "ws"])
+def hopper_kernel(request, monkeypatch):
+    """Which Hopper forward runs: the dispatcher's choice, or the warp-specialized kernel forced
+    (FLASH_ATTN_CUTE_SM90_WS=1; it exists for kernel head dims 96 and 128, tile_size.h)."""
+    if request.param == "ws":
+        monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
+    return request.param
+
+
+def _require_kernel(hopper_kernel, head_dim):
+    if hopper_kernel == "ws" and kernel_head_dim(head_dim) not in (96, 128):
+        pytest.skip(f"no warp-specialized Hopper forward for head dim {head_dim}")
+    return hopper_kernel == "ws"
 
 
 def _require_built(dtype, head_dim, causal, variant="plain"):
@@ -46,26 +65,28 @@ def _batch_filling_sms(seqlen_q, nheads):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", [32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 200, 256])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-def test_hopper_forward_matches_reference(dtype, head_dim, causal, seqlens, heads):
+def test_hopper_forward_matches_reference(dtype, head_dim, causal, seqlens, heads, hopper_kernel):
     _require_built(dtype, head_dim, causal)
+    ws = _require_kernel(hopper_kernel, head_dim)
     (seqlen_q, seqlen_k), (nheads, nheads_k) = seqlens, HEADS[heads]
     batch = _batch_filling_sms(seqlen_q, nheads)
     q = _randn(batch, seqlen_q, nheads, head_dim, dtype=dtype)
     k = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype)
     v = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype)
     call = lambda: fac.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
-    assert _takes_hopper_kernel(call)
+    assert _takes_hopper_kernel(call, ws)
     out, lse, _ = call()
     _check(q, k, v, causal, out, lse)
 
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [56, 128])
-def test_hopper_forward_writes_every_output_element(head_dim, causal):
+def test_hopper_forward_writes_every_output_element(head_dim, causal, hopper_kernel):
     _require_built(torch.bfloat16, head_dim, causal)
+    ws = _require_kernel(hopper_kernel, head_dim)
     q, k, v = (_randn(8, 333, 16, head_dim, dtype=torch.bfloat16) for _ in range(3))
     out = torch.empty_like(q)
-    assert _takes_hopper_kernel(lambda: fac.fwd(q, k, v, out=out, causal=causal))
+    assert _takes_hopper_kernel(lambda: fac.fwd(q, k, v, out=out, causal=causal), ws)
     out.fill_(float("nan"))
     _, lse = fac.fwd(q, k, v, out=out, causal=causal)
     assert not out.isnan().any() and not lse.isnan().any()
@@ -73,8 +94,9 @@ def test_hopper_forward_writes_every_output_element(head_dim, causal):
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [59, 128])
-def test_hopper_forward_varlen_uneven_and_empty_sequences(head_dim, causal):
+def test_hopper_forward_varlen_uneven_and_empty_sequences(head_dim, causal, hopper_kernel):
     _require_built(torch.bfloat16, head_dim, causal)
+    ws = _require_kernel(hopper_kernel, head_dim)
     seqlens_q = [0, 17, 128, 1, 300, 0, 255, 700]
     seqlens_k = [5, 0, 128, 77, 299, 0, 513, 650]
     cu_q = torch.tensor([0] + seqlens_q, device="cuda").cumsum(0).int()
@@ -84,7 +106,7 @@ def test_hopper_forward_varlen_uneven_and_empty_sequences(head_dim, causal):
     v = _randn(int(cu_k[-1]), 4, head_dim, dtype=torch.bfloat16)
     call = lambda: fac.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(seqlens_q), max(seqlens_k), causal=causal,
                                               return_attn_probs=True)
-    assert _takes_hopper_kernel(call)
+    assert _takes_hopper_kernel(call, ws)
     out, lse, _ = call()
     ref, lse_ref = attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal)
     ref_lowp, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal, upcast=False, reorder_ops=True)
@@ -103,12 +125,13 @@ MODS = [((-1, -1), False, 30.0, None), ((-1, -1), True, 5.0, None), ((-1, -1), F
 @pytest.mark.parametrize("seqlens", [(113, 203), (333, 1023), (1023, 1024)], ids=str)
 @pytest.mark.parametrize("head_dim", [59, 96, 128, 160, 256])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-def test_hopper_score_mods_match_reference(dtype, head_dim, seqlens, window, causal, softcap, alibi):
+def test_hopper_score_mods_match_reference(dtype, head_dim, seqlens, window, causal, softcap, alibi, hopper_kernel):
     """Softcap, ALiBi (its causal form's LSE too) and windows on the Hopper kernel; causal windows
     (left, 0) run on the plain causal kernel, the rest on the score-mod one."""
     (seqlen_q, seqlen_k), (nheads, nheads_k) = seqlens, (16, 4)
     _require_built(dtype, head_dim, kernel_causal(causal, window),
                    kernel_variant(window, softcap, alibi, causal, seqlen_k))
+    ws = _require_kernel(hopper_kernel, head_dim)
     batch = _batch_filling_sms(seqlen_q, nheads)
     q = _randn(batch, seqlen_q, nheads, head_dim, dtype=dtype, scale=3.0)
     k = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype)
@@ -117,7 +140,7 @@ def test_hopper_score_mods_match_reference(dtype, head_dim, seqlens, window, cau
     slopes = torch.rand(*shape, device="cuda", dtype=torch.float32) * 0.3 if alibi else None
     mods = dict(window_size=window, softcap=softcap, alibi_slopes=slopes)
     call = lambda: fac.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True, **mods)
-    assert _takes_hopper_kernel(call)
+    assert _takes_hopper_kernel(call, ws)
     out, lse, _ = call()
     _check(q, k, v, causal, out, lse, **mods)
 
@@ -136,6 +159,52 @@ def test_which_calls_take_the_hopper_kernel(causal, monkeypatch):
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90", "0")
     names = _kernel_names(lambda: fac.flash_attn_func(q, k, v, causal=causal))
     assert not any("sm90" in name for name in names) and any("flash_fwd_kernel" in name for name in names)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_long_rows_take_the_warp_specialized_kernel(causal, monkeypatch):
+    """Rows that see 2048 keys or more on average take it (head dims 96 and 128), shorter ones the
+    three-CTA kernel; FLASH_ATTN_CUTE_SM90_WS=0 / 1 overrides the choice."""
+    _require_built(torch.bfloat16, 128, causal)
+    short = tuple(_randn(4, 1024, 16, 128, dtype=torch.bfloat16) for _ in range(3))
+    long = tuple(_randn(1, 4096, 16, 128, dtype=torch.bfloat16) for _ in range(3))
+    run = lambda qkv, **kw: lambda: fac.flash_attn_func(*qkv, causal=causal, **kw)  # noqa: E731
+    assert _takes_hopper_kernel(run(long), ws=True)
+    assert _takes_hopper_kernel(run(short)) and not _takes_hopper_kernel(run(short), ws=True)
+    if ("bf16", 128, causal, "mods") in BUILT_FWD_SM90_KERNELS:
+        assert _takes_hopper_kernel(run(long, softcap=30.0), ws=True)
+        assert not _takes_hopper_kernel(run(long, window_size=(512, 512)), ws=True), "a window bounds the keys"
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "0")
+    assert _takes_hopper_kernel(run(long)) and not _takes_hopper_kernel(run(long), ws=True)
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
+    assert _takes_hopper_kernel(run(short), ws=True)
+
+
+@pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024)], ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [111, 128])
+def test_warp_specialized_dropout_matches_reference(head_dim, causal, seqlens, monkeypatch):
+    """Dropout on the warp-specialized kernel: the reference applies the mask the kernel reports,
+    forward and backward (test_dropout.py's check), and out_residual is O's rounding error."""
+    _require_built(torch.bfloat16, head_dim, causal, "dropout")
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
+    torch.manual_seed(0)
+    (seqlen_q, seqlen_k), p = seqlens, 0.17
+    q = _randn(2, seqlen_q, 8, head_dim, dtype=torch.bfloat16)
+    k = _randn(2, seqlen_k, 2, head_dim, dtype=torch.bfloat16)
+    v = _randn(2, seqlen_k, 2, head_dim, dtype=torch.bfloat16)
+    dout = _randn(2, seqlen_q, 8, head_dim, dtype=torch.bfloat16)
+    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, dropout_p=p, causal=causal, return_attn_probs=True)  # noqa: E731
+    assert _takes_hopper_kernel(lambda: fn(q, k, v), ws=True)
+    out, lse, keep, grads = _run_with_probs(fn, (q, k, v), dout)
+    mods = dict(dropout_p=p, dropout_mask=keep)
+    _check(q, k, v, causal, out, lse, **mods)
+    ref = lambda q, k, v, **kw: attention_ref(q, k, v, causal=causal, **mods, **kw)[0]  # noqa: E731
+    _check_grads(grads, ref, (q, k, v), dout)
+    residual = torch.full_like(q, float("nan"))
+    out2, _, _ = fac.fwd(q, k, v, causal=causal, dropout_p=p, out_residual=residual)
+    assert not residual.isnan().any(), "every residual element is written"
+    assert (residual.float().abs() <= out2.float().abs() * 2.0 ** -8).all()
 
 
 @pytest.mark.parametrize("heads", [(16, 16), (16, 1)], ids=["mha", "mqa"])

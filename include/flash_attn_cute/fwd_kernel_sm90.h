@@ -4,7 +4,8 @@
 // as in the SM80 kernel (so varlen, GQA, strides and head dims below the kernel's need nothing
 // new): V(n) loads while S(n) is computed, K(n - 1) while P V(n) runs. Several CTAs share an SM
 // (tile_size.h), so one's softmax runs beside another's MMAs. Every variant of fwd_kernel.h (plain,
-// score mods, dropout with the score mods); split-KV runs on the SM80 kernels.
+// score mods, dropout with the score mods); split-KV runs on the SM80 kernels. run_fwd_sm90 hands
+// long rows at head dims 96 and 128 to the warp-specialized kernel (fwd_kernel_sm90_ws.h).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -205,15 +206,20 @@ cudaError_t launch_fwd_sm90_kernel(FwdParams const& params, cudaStream_t stream)
 
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_fwd_sm90(FwdParams const& params, cudaStream_t stream) {
-  if constexpr (kHeadDim <= 128) {
-    return run_fwd_sm90_ws<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant>(params, stream);
-  } else {
-    using Traits = FwdKernelTraitsSm90<kHeadDim, kIsCausal, typename ElementOf<kDType>::type, kVariant>;
-    if constexpr (kVariant != Variant::kPlain) {
-      if (params.softcap > 0.f) return launch_fwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, true>(params, stream);
+  if constexpr (fwd_sm90_warp_specialized(kHeadDim)) {
+    // The plain kernels' window, as the kernels read it.
+    const Window window = kVariant != Variant::kPlain ? params.window
+                                                      : Window{kIsCausal ? params.window.left : -1, kIsCausal ? 0 : -1};
+    if (params.sm90_ws == 1 ||
+        (params.sm90_ws == -1 && fwd_sm90_ws_pays(kHeadDim, params.seqlen_q, params.seqlen_k, window.left, window.right))) {
+      return run_fwd_sm90_ws<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant>(params, stream);
     }
-    return launch_fwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, false>(params, stream);
   }
+  using Traits = FwdKernelTraitsSm90<kHeadDim, kIsCausal, typename ElementOf<kDType>::type, kVariant>;
+  if constexpr (kVariant != Variant::kPlain) {
+    if (params.softcap > 0.f) return launch_fwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, true>(params, stream);
+  }
+  return launch_fwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, false>(params, stream);
 }
 
 }  // namespace flash_attn_cute

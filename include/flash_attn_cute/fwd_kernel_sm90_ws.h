@@ -36,6 +36,7 @@ struct FwdWsBarriers {
   SmemRing<kStages> k;
   SmemRing<kStages> v;
 };
+static_assert(sizeof(FwdWsBarriers<kFwdSm90WsStages>) <= kFwdSm90WsBarrierBytes);
 
 template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, bool Is_softcap>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)

@@ -78,7 +78,7 @@ struct FwdKernelTraitsSm90Ws {
   static constexpr int kNProducerThreads = 128;
   static constexpr int kNThreads = kNProducerThreads + kNConsumerThreads;
   static_assert(kTile.n_warps * 32 == kNThreads);
-  static constexpr int kStages = 2;
+  static constexpr int kStages = kFwdSm90WsStages;
   // setmaxnreg: the producer's copies need few registers, the consumers' S, P and O many.
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = 224;
@@ -112,8 +112,8 @@ struct FwdKernelTraitsSm90Ws {
 
   static constexpr int kSmemQBytes = cosize_v<SmemLayoutQ> * sizeof(Element);
   static constexpr int kSmemKVBytes = cosize_v<SmemLayoutKV> * sizeof(Element);  // every stage
-  static constexpr int kSmemBarrierBytes = 128;
-  static constexpr int kSmemBytes = kSmemQBytes + 2 * kSmemKVBytes + kSmemBarrierBytes;
+  static constexpr int kSmemBytes = kSmemQBytes + 2 * kSmemKVBytes + kFwdSm90WsBarrierBytes;
+  static_assert(kSmemBytes == fwd_sm90_ws_smem_bytes(kTile, kHeadDim));
   static_assert(kSmemQBytes % 1024 == 0 && kSmemKVBytes % (1024 * kStages) == 0, "swizzle atoms start 1024-byte aligned");
 
   using GmemTiledCopyQKV = typename GmemCopies<Element, kNProducerThreads, kHeadDim>::TiledCopyAsync;

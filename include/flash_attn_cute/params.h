@@ -135,6 +135,9 @@ struct FwdParams {
   // The device is a Hopper (compute capability 9.0) and the caller allows the Hopper forward
   // (fwd_kernel_sm90.h), which then runs the plain variant's whole launches.
   bool use_sm90 = false;
+  // Among those, the warp-specialized kernel (fwd_kernel_sm90_ws.h): -1 where it pays
+  // (fwd_sm90_ws_pays), 0 never, 1 wherever it is built (FLASH_ATTN_CUTE_SM90_WS, for A / B and tests).
+  int sm90_ws = -1;
 
   // Split-KV (num_splits > 1): split s of a query row block walks its share of the key blocks and
   // writes its own O (fp32, normalised by its own sum) and LSE (-inf when it saw no key) for row r

@@ -78,8 +78,39 @@ constexpr int fwd_sm90_ctas_per_sm(int kernel_head_dim, Variant variant) {
 }
 
 // The warp-specialized Hopper forward (fwd_kernel_sm90_ws.h), one CTA per SM: a producer warpgroup
-// and two consumer warpgroups of 64 query rows each (128-row tiles) over 128-key steps.
+// and two consumer warpgroups of 64 query rows each (128-row tiles) over 128-key steps, K and V in
+// rings of kFwdSm90WsStages buffers. Measured on H200 (session 19, bf16 hdim 128): 548-558 TFLOP/s
+// at 16k tokens against 438-456 for the three-CTA kernel above (535-541 without the consumers'
+// turns at the tensor cores); but a CTA alone on its SM leaves its start and its epilogue bare, so
+// with fewer than about 2048 keys per query row it loses (causal 1024: 296 against 324; non-causal
+// 512: 324 against 344), and at hdim 64 it is at best 2-7 % faster (16k) and down to 30 % slower.
+// It runs head dims 96 and 128 where rows see 2048 keys or more on average.
+constexpr bool fwd_sm90_warp_specialized(int kernel_head_dim) { return kernel_head_dim > 64 && kernel_head_dim <= 128; }
 constexpr FwdTileShape fwd_sm90_ws_tile_shape(int /* kernel_head_dim */) { return {128, 128, 12}; }
+inline constexpr int kFwdSm90WsMinMeanKeys = 2048;
+
+// The keys a query row sees on average (params.h's Window: left / right, -1 unbounded), near enough
+// for a choice of kernel: causal rows (right 0) see half of the square and all of the rest.
+constexpr double fwd_mean_keys_per_row(int seqlen_q, int seqlen_k, int left, int right) {
+  double keys = seqlen_k;
+  if (right == 0 && seqlen_q > 0) {
+    keys = seqlen_q <= seqlen_k ? seqlen_k - seqlen_q / 2.0 : seqlen_k * (seqlen_k + 1.0) / (2.0 * seqlen_q);
+  }
+  if (left >= 0 && right >= 0 && left + right + 1.0 < keys) keys = left + right + 1.0;
+  return keys;
+}
+
+constexpr bool fwd_sm90_ws_pays(int kernel_head_dim, int seqlen_q, int seqlen_k, int left, int right) {
+  return fwd_sm90_warp_specialized(kernel_head_dim) &&
+         fwd_mean_keys_per_row(seqlen_q, seqlen_k, left, right) >= kFwdSm90WsMinMeanKeys;
+}
+inline constexpr int kFwdSm90WsStages = 2;
+inline constexpr int kFwdSm90WsBarrierBytes = 128;  // the rings' and Q's mbarriers
+
+// Its shared memory: Q, the K and V rings (16-bit elements), the barriers.
+constexpr int fwd_sm90_ws_smem_bytes(FwdTileShape tile, int kernel_head_dim) {
+  return (tile.block_m + 2 * kFwdSm90WsStages * tile.block_n) * kernel_head_dim * 2 + kFwdSm90WsBarrierBytes;
+}
 
 // Shared memory of a forward CTA: Q, one K and one V tile (16-bit elements).
 constexpr int fwd_smem_bytes(FwdTileShape tile, int kernel_head_dim) {

@@ -115,6 +115,19 @@ void test_tile_table() {
     CHECK(ctas * (fwd_smem_bytes(sm90, kFwdHeadDims[i]) + 2048) <= 228 * 1024,
           fmt("sm90 tile of hdim %d: %d CTAs per SM", kFwdHeadDims[i], ctas));
   }
+  // The warp-specialized Hopper forward: a producer warpgroup plus one consumer warpgroup per 64
+  // rows, key steps a multiple of 16, one CTA per SM in shared memory; the kernel above for the rest.
+  for (int i = 0; i < n_dims; ++i) {
+    if (!fwd_sm90_warp_specialized(kFwdHeadDims[i])) continue;
+    const FwdTileShape ws = fwd_sm90_ws_tile_shape(kFwdHeadDims[i]);
+    CHECK(ws.block_m % 64 == 0 && ws.n_warps == 4 * (1 + ws.block_m / 64),
+          fmt("sm90 ws tile of hdim %d: a producer and a consumer warpgroup per 64 rows", kFwdHeadDims[i]));
+    CHECK(ws.block_n > 0 && ws.block_n % 16 == 0, fmt("sm90 ws tile of hdim %d: block_n a multiple of 16", kFwdHeadDims[i]));
+    CHECK(fwd_sm90_ws_smem_bytes(ws, kFwdHeadDims[i]) + 1024 <= 228 * 1024,
+          fmt("sm90 ws tile of hdim %d: one CTA per SM", kFwdHeadDims[i]));
+  }
+  CHECK(fwd_sm90_warp_specialized(128) && !fwd_sm90_warp_specialized(192), "the warp-specialized kernel's head dims");
+  CHECK_EQ(fwd_sm90_ws_smem_bytes(fwd_sm90_ws_tile_shape(128), 128), 163968, "sm90 ws smem at hdim 128");
   CHECK_EQ(fwd_smem_bytes(fwd_split_tile_shape(128), 128), 20480, "split tile smem at hdim 128");
 
   // Every supported head dim maps to the smallest kernel head dim >= it (found independently).
