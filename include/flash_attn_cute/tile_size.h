@@ -90,14 +90,18 @@ constexpr FwdTileShape fwd_sm90_ws_tile_shape(int /* kernel_head_dim */) { retur
 inline constexpr int kFwdSm90WsMinMeanKeys = 2048;
 
 // The keys a query row sees on average (params.h's Window: left / right, -1 unbounded), near enough
-// for a choice of kernel: causal rows (right 0) see half of the square and all of the rest.
+// for a choice of kernel: the mean over 64 rows spread evenly over the sequence.
 constexpr double fwd_mean_keys_per_row(int seqlen_q, int seqlen_k, int left, int right) {
-  double keys = seqlen_k;
-  if (right == 0 && seqlen_q > 0) {
-    keys = seqlen_q <= seqlen_k ? seqlen_k - seqlen_q / 2.0 : seqlen_k * (seqlen_k + 1.0) / (2.0 * seqlen_q);
+  constexpr int kSamples = 64;
+  double total = 0;
+  for (int t = 0; t < kSamples; ++t) {
+    const long row = long((t + 0.5) * seqlen_q / kSamples);
+    const long diag = row + seqlen_k - seqlen_q;
+    const long hi = right < 0 ? seqlen_k : (diag + right + 1 < seqlen_k ? diag + right + 1 : seqlen_k);  // exclusive
+    const long lo = left < 0 || diag - left < 0 ? 0 : diag - left;
+    total += hi > lo ? double(hi - lo) : 0.0;
   }
-  if (left >= 0 && right >= 0 && left + right + 1.0 < keys) keys = left + right + 1.0;
-  return keys;
+  return total / kSamples;
 }
 
 constexpr bool fwd_sm90_ws_pays(int kernel_head_dim, int seqlen_q, int seqlen_k, int left, int right) {

@@ -126,7 +126,31 @@ void test_tile_table() {
     CHECK(fwd_sm90_ws_smem_bytes(ws, kFwdHeadDims[i]) + 1024 <= 228 * 1024,
           fmt("sm90 ws tile of hdim %d: one CTA per SM", kFwdHeadDims[i]));
   }
-  CHECK(fwd_sm90_warp_specialized(128) && !fwd_sm90_warp_specialized(192), "the warp-specialized kernel's head dims");
+  CHECK(fwd_sm90_warp_specialized(96) && fwd_sm90_warp_specialized(128) && !fwd_sm90_warp_specialized(64) &&
+            !fwd_sm90_warp_specialized(192),
+        "the warp-specialized kernel's head dims");
+  // The keys a row sees on average, against counts by brute force over the rows (params.h's rule).
+  auto mean_keys = [](int sq, int sk, int left, int right) {
+    double total = 0;
+    for (int i = 0; i < sq; ++i) {
+      for (int j = 0; j < sk; ++j) {
+        const int diag = i + sk - sq;
+        total += (right < 0 || j <= diag + right) && (left < 0 || j >= diag - left);
+      }
+    }
+    return total / sq;
+  };
+  const int cases[][4] = {{1024, 1024, -1, -1}, {1024, 1024, -1, 0}, {300, 1000, -1, 0}, {1000, 300, -1, 0},
+                          {2048, 2048, 256, 0}, {2048, 2048, 100, 30}, {512, 2048, 64, -1}};
+  for (const auto& c : cases) {
+    const double want = mean_keys(c[0], c[1], c[2], c[3]), got = fwd_mean_keys_per_row(c[0], c[1], c[2], c[3]);
+    CHECK(got >= 0.9 * want - 1 && got <= 1.1 * want + 1,
+          fmt("mean keys per row of %d x %d, window (%d, %d): %.1f, counted %.1f", c[0], c[1], c[2], c[3], got, want));
+  }
+  CHECK(fwd_sm90_ws_pays(128, 4096, 4096, -1, 0) && fwd_sm90_ws_pays(96, 2048, 2048, -1, -1) &&
+            !fwd_sm90_ws_pays(128, 2048, 2048, -1, 0) && !fwd_sm90_ws_pays(128, 16384, 16384, 1024, 0) &&
+            !fwd_sm90_ws_pays(64, 16384, 16384, -1, -1) && !fwd_sm90_ws_pays(256, 16384, 16384, -1, -1),
+        "the warp-specialized kernel where rows see 2048 keys or more (head dims 96, 128)");
   CHECK_EQ(fwd_sm90_ws_smem_bytes(fwd_sm90_ws_tile_shape(128), 128), 163968, "sm90 ws smem at hdim 128");
   CHECK_EQ(fwd_smem_bytes(fwd_split_tile_shape(128), 128), 20480, "split tile smem at hdim 128");
 
