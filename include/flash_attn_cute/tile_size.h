@@ -85,8 +85,11 @@ constexpr int fwd_sm90_ctas_per_sm(int kernel_head_dim, Variant variant) {
 // with fewer than about 2048 keys per query row it loses (causal 1024: 296 against 324; non-causal
 // 512: 324 against 344), and at hdim 64 it is at best 2-7 % faster (16k) and down to 30 % slower.
 // It runs head dims 96 and 128 where rows see 2048 keys or more on average.
-constexpr bool fwd_sm90_warp_specialized(int kernel_head_dim) { return kernel_head_dim > 64 && kernel_head_dim <= 128; }
-constexpr FwdTileShape fwd_sm90_ws_tile_shape(int /* kernel_head_dim */) { return {128, 128, 12}; }
+constexpr bool fwd_sm90_warp_specialized(int kernel_head_dim) { return kernel_head_dim > 64; }
+constexpr FwdTileShape fwd_sm90_ws_tile_shape(int kernel_head_dim) {
+  if (kernel_head_dim <= 128) return {128, 128, 12};
+  return {128, kernel_head_dim <= 192 ? 96 : 64, 12};
+}
 inline constexpr int kFwdSm90WsMinMeanKeys = 2048;
 
 // The keys a query row sees on average (params.h's Window: left / right, -1 unbounded), near enough
