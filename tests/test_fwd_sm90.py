@@ -38,14 +38,14 @@ def _takes_hopper_kernel(fn, ws=False):
 @pytest.fixture(params=["auto", "ws"])
 def hopper_kernel(request, monkeypatch):
     """Which Hopper forward runs: the dispatcher's choice, or the warp-specialized kernel forced
-    (FLASH_ATTN_CUTE_SM90_WS=1; it exists for kernel head dims 96 and 128, tile_size.h)."""
+    (FLASH_ATTN_CUTE_SM90_WS=1; it exists for kernel head dims above 64, tile_size.h)."""
     if request.param == "ws":
         monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
     return request.param
 
 
 def _require_kernel(hopper_kernel, head_dim):
-    if hopper_kernel == "ws" and kernel_head_dim(head_dim) not in (96, 128):
+    if hopper_kernel == "ws" and kernel_head_dim(head_dim) <= 64:
         pytest.skip(f"no warp-specialized Hopper forward for head dim {head_dim}")
     return hopper_kernel == "ws"
 
@@ -163,7 +163,7 @@ def test_which_calls_take_the_hopper_kernel(causal, monkeypatch):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_long_rows_take_the_warp_specialized_kernel(causal, monkeypatch):
-    """Rows that see 2048 keys or more on average take it (head dims 96 and 128), shorter ones the
+    """At head dims 96 and 128, rows that see 2048 keys or more on average take it, shorter ones the
     three-CTA kernel; FLASH_ATTN_CUTE_SM90_WS=0 / 1 overrides the choice."""
     _require_built(torch.bfloat16, 128, causal)
     short = tuple(_randn(4, 1024, 16, 128, dtype=torch.bfloat16) for _ in range(3))
@@ -182,7 +182,7 @@ def test_long_rows_take_the_warp_specialized_kernel(causal, monkeypatch):
 
 @pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024)], ids=str)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [104, 128])
+@pytest.mark.parametrize("head_dim", [104, 128, 160, 192])
 def test_warp_specialized_dropout_matches_reference(head_dim, causal, seqlens, monkeypatch):
     """Dropout on the warp-specialized kernel: the reference applies the mask the kernel reports,
     forward and backward (test_dropout.py's check), and out_residual is O's rounding error."""

@@ -1,5 +1,5 @@
-// The warp-specialized Hopper forward (sm_90a), head dims up to 128: one CTA per SM of three
-// warpgroups. Warpgroup 0, the producer, loads Q and streams K and V through rings of shared-memory
+// The warp-specialized Hopper forward (sm_90a), head dims from 96 on (tile_size.h): one CTA per SM
+// of three warpgroups. Warpgroup 0, the producer, loads Q and streams K and V through rings of shared-memory
 // buffers (SmemRing, wgmma.h) with cp.async, as the other kernels' copies (so varlen, GQA, strides
 // and head dims below the kernel's need nothing new). Warpgroups 1 and 2, the consumers, own 64
 // query rows each and take turns at the tensor cores (ping-pong): in its turn a consumer issues P V

@@ -78,19 +78,23 @@ constexpr int fwd_sm90_ctas_per_sm(int kernel_head_dim, Variant variant) {
 }
 
 // The warp-specialized Hopper forward (fwd_kernel_sm90_ws.h), one CTA per SM: a producer warpgroup
-// and two consumer warpgroups of 64 query rows each (128-row tiles) over 128-key steps, K and V in
-// rings of kFwdSm90WsStages buffers. Measured on H200 (session 19, bf16 hdim 128): 548-558 TFLOP/s
-// at 16k tokens against 438-456 for the three-CTA kernel above (535-541 without the consumers'
-// turns at the tensor cores); but a CTA alone on its SM leaves its start and its epilogue bare, so
-// with fewer than about 2048 keys per query row it loses (causal 1024: 296 against 324; non-causal
+// and two consumer warpgroups of 64 query rows each (128-row tiles), K and V in rings of
+// kFwdSm90WsStages buffers; 128-key steps up to head dim 128, 96 at 192 and 64 at 256 (O takes 96
+// and 128 registers per thread there). Measured on H200 (session 19, bf16): at 16k tokens 548-558
+// TFLOP/s at hdim 128 against 438-456 for the three-CTA kernel above (535-541 without the
+// consumers' turns at the tensor cores), 600-620 against 470-478 at 192 and 630-639 against
+// 470-511 at 256. But a CTA alone on its SM leaves its start and its epilogue bare: at hdim 128 it
+// loses with fewer than about 2048 keys per query row (causal 1024: 296 against 324; non-causal
 // 512: 324 against 344), and at hdim 64 it is at best 2-7 % faster (16k) and down to 30 % slower.
-// It runs head dims 96 and 128 where rows see 2048 keys or more on average.
+// Above 128 the longer steps hide that from about 512 keys on (causal 1024: 297-305 against
+// 299-300 at 192, 330 against 290-308 at 256). So it runs head dims from 96 on, where rows see
+// that many keys on average.
 constexpr bool fwd_sm90_warp_specialized(int kernel_head_dim) { return kernel_head_dim > 64; }
 constexpr FwdTileShape fwd_sm90_ws_tile_shape(int kernel_head_dim) {
   if (kernel_head_dim <= 128) return {128, 128, 12};
   return {128, kernel_head_dim <= 192 ? 96 : 64, 12};
 }
-inline constexpr int kFwdSm90WsMinMeanKeys = 2048;
+constexpr int fwd_sm90_ws_min_mean_keys(int kernel_head_dim) { return kernel_head_dim <= 128 ? 2048 : 512; }
 
 // The keys a query row sees on average (params.h's Window: left / right, -1 unbounded), near enough
 // for a choice of kernel: the mean over 64 rows spread evenly over the sequence.
@@ -109,7 +113,7 @@ constexpr double fwd_mean_keys_per_row(int seqlen_q, int seqlen_k, int left, int
 
 constexpr bool fwd_sm90_ws_pays(int kernel_head_dim, int seqlen_q, int seqlen_k, int left, int right) {
   return fwd_sm90_warp_specialized(kernel_head_dim) &&
-         fwd_mean_keys_per_row(seqlen_q, seqlen_k, left, right) >= kFwdSm90WsMinMeanKeys;
+         fwd_mean_keys_per_row(seqlen_q, seqlen_k, left, right) >= fwd_sm90_ws_min_mean_keys(kernel_head_dim);
 }
 inline constexpr int kFwdSm90WsStages = 2;
 inline constexpr int kFwdSm90WsBarrierBytes = 128;  // the rings' and Q's mbarriers

@@ -126,8 +126,7 @@ void test_tile_table() {
     CHECK(fwd_sm90_ws_smem_bytes(ws, kFwdHeadDims[i]) + 1024 <= 228 * 1024,
           fmt("sm90 ws tile of hdim %d: one CTA per SM", kFwdHeadDims[i]));
   }
-  CHECK(fwd_sm90_warp_specialized(96) && fwd_sm90_warp_specialized(128) && !fwd_sm90_warp_specialized(64) &&
-            !fwd_sm90_warp_specialized(192),
+  CHECK(fwd_sm90_warp_specialized(96) && fwd_sm90_warp_specialized(256) && !fwd_sm90_warp_specialized(64),
         "the warp-specialized kernel's head dims");
   // The keys a row sees on average, against counts by brute force over the rows (params.h's rule).
   auto mean_keys = [](int sq, int sk, int left, int right) {
@@ -149,8 +148,11 @@ void test_tile_table() {
   }
   CHECK(fwd_sm90_ws_pays(128, 4096, 4096, -1, 0) && fwd_sm90_ws_pays(96, 2048, 2048, -1, -1) &&
             !fwd_sm90_ws_pays(128, 2048, 2048, -1, 0) && !fwd_sm90_ws_pays(128, 16384, 16384, 1024, 0) &&
-            !fwd_sm90_ws_pays(64, 16384, 16384, -1, -1) && !fwd_sm90_ws_pays(256, 16384, 16384, -1, -1),
-        "the warp-specialized kernel where rows see 2048 keys or more (head dims 96, 128)");
+            !fwd_sm90_ws_pays(64, 16384, 16384, -1, -1),
+        "the warp-specialized kernel at head dims 96 and 128 where rows see 2048 keys or more");
+  CHECK(fwd_sm90_ws_pays(192, 1024, 1024, -1, 0) && fwd_sm90_ws_pays(256, 16384, 16384, 1024, 0) &&
+            !fwd_sm90_ws_pays(256, 512, 512, -1, 0),
+        "the warp-specialized kernel at head dims 192 and 256 where rows see 512 keys or more");
   CHECK_EQ(fwd_sm90_ws_smem_bytes(fwd_sm90_ws_tile_shape(128), 128), 163968, "sm90 ws smem at hdim 128");
   CHECK_EQ(fwd_smem_bytes(fwd_split_tile_shape(128), 128), 20480, "split tile smem at hdim 128");
 
