@@ -80,7 +80,7 @@ def test_hopper_forward_matches_reference(dtype, head_dim, causal, seqlens, head
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("head_dim", [56, 128])
+@pytest.mark.parametrize("head_dim", [56, 128, 192, 256])
 def test_hopper_forward_writes_every_output_element(head_dim, causal, hopper_kernel):
     _require_built(torch.bfloat16, head_dim, causal)
     ws = _require_kernel(hopper_kernel, head_dim)
@@ -93,7 +93,7 @@ def test_hopper_forward_writes_every_output_element(head_dim, causal, hopper_ker
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("head_dim", [59, 128])
+@pytest.mark.parametrize("head_dim", [59, 128, 192, 256])
 def test_hopper_forward_varlen_uneven_and_empty_sequences(head_dim, causal, hopper_kernel):
     _require_built(torch.bfloat16, head_dim, causal)
     ws = _require_kernel(hopper_kernel, head_dim)

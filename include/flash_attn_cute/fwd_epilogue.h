@@ -12,7 +12,9 @@ using namespace cute;
 
 // tOrO: the normalised fp32 O accumulator (MMA, MMA_M, MMA_K); lse: one value per accumulator row.
 // gO: this row block's (kBlockM, kHeadDim) tile of O; gLSE: (kBlockM) slice of softmax_lse.
-// sO may alias Q's shared memory: the caller guarantees every warp is done reading Q.
+// sO may alias Q's shared memory: the caller guarantees no thread still reads the rows of Q that
+// this thread's part of sO overlaps (every warp done with Q, or, in the warp-specialized kernel,
+// each consumer done with its own rows).
 // sync: the barrier of the threads that share sO (store_tile_via_smem).
 template <class Traits, bool Is_even_K, class TensorO, class TensorLse, class TensorGO, class TensorSO, class TensorGLse,
           class Sync = SyncThreads>

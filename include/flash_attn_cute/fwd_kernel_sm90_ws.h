@@ -45,6 +45,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   constexpr bool Has_mods = kVariant != Variant::kPlain;
   constexpr bool Is_dropout = kVariant == Variant::kDropout;
   static_assert(Has_mods || !Is_softcap);
+  static_assert(Traits::kConsumers == 2, "the turns (take_turn / pass_turn) are written for two consumers");
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -151,6 +152,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   Tensor tOrO = partition_fragment_C(tiled_mma_o, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // (MMA, MMA_M, MMA_N)
   clear(tOrO);
   Tensor tScS = thr_mma_s.partition_C(make_identity_tensor(tile_mn));  // (MMA, MMA_M, MMA_N)
+  CUTE_STATIC_ASSERT_V(size<2>(tSrQ) == size<2>(tSrK));              // Q K^T's k-slabs
+  CUTE_STATIC_ASSERT_V(size<2>(tOrVt) * Int<16>{} == Int<kBlockN>{});  // P V's k-slabs: P's 16-key pairs
   // P of the last softmax, the A operand of the next turn's P V.
   Tensor tOrP = make_tensor<Element>(acc_layout_as_A(partition_fragment_C(tiled_mma_s, tile_mn).layout()));
 

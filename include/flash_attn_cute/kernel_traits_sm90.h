@@ -114,10 +114,14 @@ struct FwdKernelTraitsSm90Ws {
   static constexpr int kSmemKVBytes = cosize_v<SmemLayoutKV> * sizeof(Element);  // every stage
   static constexpr int kSmemBytes = kSmemQBytes + 2 * kSmemKVBytes + kFwdSm90WsBarrierBytes;
   static_assert(kSmemBytes == fwd_sm90_ws_smem_bytes(kTile, kHeadDim));
+  static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
   static_assert(kSmemQBytes % 1024 == 0 && kSmemKVBytes % (1024 * kStages) == 0, "swizzle atoms start 1024-byte aligned");
 
   using GmemTiledCopyQKV = typename GmemCopies<Element, kNProducerThreads, kHeadDim>::TiledCopyAsync;
   using GmemTiledCopyO = typename GmemCopies<Element, kNConsumerThreads, kHeadDim>::TiledCopyStore;
+  static constexpr int kProducerRowsPerPass = kNProducerThreads / GmemCopies<Element, kNProducerThreads, kHeadDim>::kThreadsPerRow;
+  static_assert(kBlockM % kProducerRowsPerPass == 0 && kBlockN % kProducerRowsPerPass == 0,
+                "the producer's copies cover whole Q and K / V tiles");
 };
 
 }  // namespace flash_attn_cute
