@@ -158,6 +158,13 @@ std::vector<at::Tensor> choose_splits(FwdParams& params, Problem const& p, at::T
   return {lseaccum, oaccum};
 }
 
+std::optional<at::Tensor> tile_counter(FwdParams& params, Problem const& p, at::Tensor const& q) {
+  if (!params.use_sm90 || !fwd_sm90_warp_specialized(fwd_kernel_head_dim(int(p.head_dim)))) return std::nullopt;
+  at::Tensor counter = at::empty({1}, q.options().dtype(at::kInt));  // zeroed by the launch
+  params.tile_counter = counter.data_ptr<int>();
+  return counter;
+}
+
 FwdRows forward_rows(Problem& p, at::Tensor const& q, at::Tensor const& out, ScoreMods const& mods) {
   FwdRows rows{p, false, q, out, {}, lse_shape(p)};
   rows.packed = pack_gqa_rows(p, rows.q, rows.out, mods);

@@ -38,14 +38,14 @@ def _takes_hopper_kernel(fn, ws=False):
 @pytest.fixture(params=["auto", "ws"])
 def hopper_kernel(request, monkeypatch):
     """Which Hopper forward runs: the dispatcher's choice, or the warp-specialized kernel forced
-    (FLASH_ATTN_CUTE_SM90_WS=1; it exists for kernel head dims above 64, tile_size.h)."""
+    (FLASH_ATTN_CUTE_SM90_WS=1; it exists for kernel head dims from 64 on, tile_size.h)."""
     if request.param == "ws":
         monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
     return request.param
 
 
 def _require_kernel(hopper_kernel, head_dim):
-    if hopper_kernel == "ws" and kernel_head_dim(head_dim) <= 64:
+    if hopper_kernel == "ws" and kernel_head_dim(head_dim) < 64:
         pytest.skip(f"no warp-specialized Hopper forward for head dim {head_dim}")
     return hopper_kernel == "ws"
 
@@ -163,21 +163,75 @@ def test_which_calls_take_the_hopper_kernel(causal, monkeypatch):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_long_rows_take_the_warp_specialized_kernel(causal, monkeypatch):
-    """At head dims 96 and 128, rows that see 2048 keys or more on average take it, shorter ones the
-    three-CTA kernel; FLASH_ATTN_CUTE_SM90_WS=0 / 1 overrides the choice."""
+    """From head dim 96 on, rows that see 256 keys or more on average take it, at head dim 64 rows
+    that see 1024, shorter ones the three-CTA kernel; FLASH_ATTN_CUTE_SM90_WS=0 / 1 overrides the choice."""
     _require_built(torch.bfloat16, 128, causal)
-    short = tuple(_randn(4, 1024, 16, 128, dtype=torch.bfloat16) for _ in range(3))
-    long = tuple(_randn(1, 4096, 16, 128, dtype=torch.bfloat16) for _ in range(3))
+    short = tuple(_randn(64, 128, 16, 128, dtype=torch.bfloat16) for _ in range(3))
+    long = tuple(_randn(4, 1024, 16, 128, dtype=torch.bfloat16) for _ in range(3))
     run = lambda qkv, **kw: lambda: fac.flash_attn_func(*qkv, causal=causal, **kw)  # noqa: E731
     assert _takes_hopper_kernel(run(long), ws=True)
     assert _takes_hopper_kernel(run(short)) and not _takes_hopper_kernel(run(short), ws=True)
     if ("bf16", 128, causal, "mods") in BUILT_FWD_SM90_KERNELS:
         assert _takes_hopper_kernel(run(long, softcap=30.0), ws=True)
-        assert not _takes_hopper_kernel(run(long, window_size=(512, 512)), ws=True), "a window bounds the keys"
+        assert not _takes_hopper_kernel(run(long, window_size=(100, 100)), ws=True), "a window bounds the keys"
+    if ("bf16", 64, causal, "plain") in BUILT_FWD_SM90_KERNELS:
+        long64 = tuple(_randn(1, 4096, 16, 64, dtype=torch.bfloat16) for _ in range(3))
+        short64 = tuple(_randn(8, 512, 16, 64, dtype=torch.bfloat16) for _ in range(3))
+        assert _takes_hopper_kernel(run(long64), ws=True)
+        assert _takes_hopper_kernel(run(short64)) and not _takes_hopper_kernel(run(short64), ws=True)
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "0")
     assert _takes_hopper_kernel(run(long)) and not _takes_hopper_kernel(run(long), ws=True)
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
     assert _takes_hopper_kernel(run(short), ws=True)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_warp_specialized_tiles_of_every_size(causal, monkeypatch):
+    """The persistent kernel's CTAs take their tiles from a counter that each launch zeroes: many
+    tiles per SM of every size (varlen, causal, empty sequences, row blocks past a sequence's end),
+    back-to-back calls and a CUDA graph's replays all give the reference's output."""
+    _require_built(torch.bfloat16, 128, causal)
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
+    gen = torch.Generator().manual_seed(20)
+    seqlens_q = torch.randint(0, 1200, (40,), generator=gen).tolist()
+    seqlens_k = torch.randint(0, 1200, (40,), generator=gen).tolist()
+    seqlens_q[3], seqlens_k[7], seqlens_q[11], seqlens_k[11] = 0, 0, 1, 1
+    cu_q = torch.tensor([0] + seqlens_q, device="cuda").cumsum(0).int()
+    cu_k = torch.tensor([0] + seqlens_k, device="cuda").cumsum(0).int()
+    q = _randn(int(cu_q[-1]), 8, 128, dtype=torch.bfloat16)
+    k = _randn(int(cu_k[-1]), 2, 128, dtype=torch.bfloat16)
+    v = _randn(int(cu_k[-1]), 2, 128, dtype=torch.bfloat16)
+    out = torch.full_like(q, float("nan"))
+    call = lambda: fac.fwd(q, k, v, out=out, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,  # noqa: E731
+                           max_seqlen_q=max(seqlens_q), max_seqlen_k=max(seqlens_k), causal=causal)
+    assert _takes_hopper_kernel(call, ws=True)
+
+    def check(q):
+        ref, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal)
+        ref_lowp, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal, upcast=False, reorder_ops=True)
+        _assert_close_rule(out, ref, ref_lowp)
+
+    call()
+    first = out.clone()
+    check(q)
+    for _ in range(3):
+        out.fill_(float("nan"))
+        call()
+        assert torch.equal(out, first), "a second launch finds its counter zeroed"
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        call()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    for _ in range(2):
+        q.copy_(_randn(*q.shape, dtype=torch.bfloat16))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(q)
 
 
 @pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024)], ids=str)

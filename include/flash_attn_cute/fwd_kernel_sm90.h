@@ -5,7 +5,7 @@
 // new): V(n) loads while S(n) is computed, K(n - 1) while P V(n) runs. Several CTAs share an SM
 // (tile_size.h), so one's softmax runs beside another's MMAs. Every variant of fwd_kernel.h (plain,
 // score mods, dropout with the score mods); split-KV runs on the SM80 kernels. run_fwd_sm90 hands
-// long rows at head dims from 96 on to the warp-specialized kernel (fwd_kernel_sm90_ws.h).
+// long rows at head dims from 64 on to the warp-specialized kernel (fwd_kernel_sm90_ws.h).
 #pragma once
 
 #include <cute/tensor.hpp>

@@ -1,10 +1,11 @@
-// The warp-specialized Hopper forward (sm_90a), head dims from 96 on (tile_size.h): one CTA per SM
-// of three warpgroups. Warpgroup 0, the producer, loads Q and streams K and V through rings of shared-memory
-// buffers (SmemRing, wgmma.h) with cp.async, as the other kernels' copies (so varlen, GQA, strides
-// and head dims below the kernel's need nothing new). Warpgroups 1 and 2, the consumers, own 64
-// query rows each and take turns at the tensor cores (ping-pong): in its turn a consumer issues P V
-// of the previous key block and Q K^T of the next, then runs the softmax while the other consumer's
-// turn keeps the tensor cores busy. Every variant of fwd_kernel.h (plain, score mods, dropout).
+// The warp-specialized Hopper forward (sm_90a), head dims from 64 on (tile_size.h): one persistent
+// CTA per SM of three warpgroups, taking its tiles from a counter (tile_order.h). Warpgroup 0, the
+// producer, loads Q and streams K and V through rings of shared-memory buffers (SmemRing, wgmma.h)
+// with cp.async, as the other kernels' copies (so varlen, GQA, strides and head dims below the
+// kernel's need nothing new). Warpgroups 1 and 2, the consumers, own 64 query rows each and take
+// turns at the tensor cores (ping-pong): in its turn a consumer issues P V of the previous key
+// block and Q K^T of the next, then runs the softmax while the other consumer's turn keeps the
+// tensor cores busy. Every variant of fwd_kernel.h (plain, score mods, dropout).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -19,6 +20,7 @@
 #include "mask.h"
 #include "params.h"
 #include "softmax.h"
+#include "tile_order.h"
 #include "utils.h"
 #include "wgmma.h"
 
@@ -26,15 +28,18 @@ namespace flash_attn_cute {
 
 using namespace cute;
 
-// Named barriers of the consumers: one per consumer for its turn, one for all of them.
+// Named barriers: one per consumer for its turn, one for all consumers, one for the producer.
 inline constexpr int kTurnBarrier = 1;  // + consumer index
 inline constexpr int kConsumersBarrier = 3;
+inline constexpr int kProducerBarrier = 4;
 
 template <int kStages>
 struct FwdWsBarriers {
-  uint64_t q_full;
+  SmemRing<1> q;  // Q's buffer, which also holds the tile's O in the epilogue
   SmemRing<kStages> k;
   SmemRing<kStages> v;
+  int q_tile;         // the tile whose Q the buffer holds, -1 when there is none left (set with Q)
+  int next_tile[2];   // the producer's tiles fetched from the counter, alternately
 };
 static_assert(sizeof(FwdWsBarriers<kFwdSm90WsStages>) <= kFwdSm90WsBarrierBytes);
 
@@ -52,19 +57,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kConsumerThreads = Traits::kNConsumerThreads;
   extern __shared__ __align__(1024) char smem[];
-  const int m_blocks = int(gridDim.x);
-  // Causal row blocks near the end of the sequence see the most keys: start them first.
-  const int m_block = Is_causal ? m_blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
-  const int bidb = blockIdx.y, bidh = blockIdx.z;
   if constexpr (Is_dropout) record_rng_state(params.dropout);
-
-  const BlockInfo binfo(params, bidb);
-  if (m_block * kBlockM >= binfo.seqlen_q) return;
+  const FwdWsTileOrder tiles = FwdWsTileOrder::make(ceil_div(params.seqlen_q, kBlockM), params.batch, params.heads,
+                                                    int64_t(params.seqlen_k) * kHeadDim * 2 * sizeof(Element), Is_causal);
   const Window window = Has_mods ? params.window : Window{Is_causal ? params.window.left : -1, Is_causal ? 0 : -1};
-  const NBlockRange range = fwd_n_block_range(m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window);
-  const bool has_keys = range.n_block_max > range.n_block_min;
-  const int rows_left = binfo.seqlen_q - m_block * kBlockM;
-  const index_t m_start = index_t(m_block) * kBlockM;
 
   // Shared memory: Q, K's buffers, V's buffers (each a whole number of swizzle atoms), the
   // barriers; O reuses Q's space.
@@ -77,7 +73,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   Tensor sVt = make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVt{});  // (kHeadDim, kBlockN, stage)
   Tensor sO = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutO{});    // (kBlockM, kHeadDim)
   if (threadIdx.x == 0) {
-    cutlass::arch::ClusterBarrier::init(&barriers.q_full, Traits::kNProducerThreads);
+    barriers.q.init(Traits::kNProducerThreads, kConsumerThreads);
     barriers.k.init(Traits::kNProducerThreads, kConsumerThreads);
     barriers.v.init(Traits::kNProducerThreads, kConsumerThreads);
     cutlass::arch::fence_barrier_init();
@@ -85,53 +81,79 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   __syncthreads();
 
   if (threadIdx.x < Traits::kNProducerThreads) {
-    // The producer: Q, then K(n) and V(n) for the key blocks from the top down, the consumers' order.
+    // The producer: per tile, Q (once the consumers are done with the last tile's Q and O) with
+    // the tile's index, then K(n) and V(n) for the key blocks from the top down, the consumers'
+    // order. The rings run on across tiles, so the next tile's K and V load during a tile's last
+    // steps and epilogue. Tiles past a varlen sequence's end are skipped here; after the last tile,
+    // Q's buffer comes with the index -1.
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
-    if (!has_keys) return;
     const int tidx = threadIdx.x;
-    const int bidh_kv = bidh / (params.heads / params.heads_k);
-    Tensor gQ = gmem_row_tile<kBlockM, kHeadDim>(binfo.q_head<Element>(params.q, bidb, bidh), params.q.row_stride,
-                                                 m_start);  // (kBlockM, kHeadDim)
-    auto key_blocks = [&](TensorView const& t) {  // (kBlockN, kHeadDim, n)
-      return gmem_row_tiles<kBlockN, kHeadDim>(binfo.k_head<Element>(t, bidh_kv), t.row_stride, range.n_block_max);
-    };
-    Tensor gK = key_blocks(params.k);
-    Tensor gV = key_blocks(params.v);
     typename Traits::GmemTiledCopyQKV gmem_tiled_copy;
     auto gmem_thr_copy = gmem_tiled_copy.get_thread_slice(tidx);
-    Tensor tQgQ = gmem_thr_copy.partition_S(gQ);  // (CPY, CPY_M, CPY_K)
-    Tensor tQsQ = gmem_thr_copy.partition_D(sQ);  // (CPY, CPY_M, CPY_K)
-    Tensor tKgK = gmem_thr_copy.partition_S(gK);  // (CPY, CPY_N, CPY_K, n)
-    Tensor tVgV = gmem_thr_copy.partition_S(gV);  // (CPY, CPY_N, CPY_K, n)
-    Tensor tQcQ = gmem_thr_copy.partition_S(
-        make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // (CPY, CPY_M, CPY_K) -> (m, k)
-    Tensor tKVcKV = gmem_thr_copy.partition_S(
-        make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));  // (CPY, CPY_N, CPY_K) -> (n, k)
-    copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, tQgQ, tQsQ, tQcQ, rows_left, params.head_dim);
-    cutlass::arch::cpasync_barrier_arrive(&barriers.q_full);
-    cutlass::arch::ClusterBarrier::arrive(&barriers.q_full);
-    // Use i of both rings holds key block n_block_max - 1 - i; only the top one can end past seqlen_k.
-    // Each buffer as a tensor of its own (a runtime offset into one tensor over all of them would
-    // leave the swizzle to be computed at run time, element by element).
-    auto load = [&](SmemRing<Traits::kStages>& ring, Element* smem_ring, auto const& tgmem, int n_block, int i) {
-      ring.acquire(i);
-      Tensor tsmem = gmem_thr_copy.partition_D(
-          make_tensor(make_smem_ptr(smem_ring + ring.stage(i) * cosize_v<typename Traits::SmemLayoutKVStage>),
-                      typename Traits::SmemLayoutKVStage{}));  // (CPY, CPY_N, CPY_K)
-      const int keys_left = binfo.seqlen_k - n_block * kBlockN;
-      if (i == 0) {
-        copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, tgmem(_, _, _, n_block), tsmem, tKVcKV, keys_left,
-                                       params.head_dim);
-      } else {
-        copy_or_zero<false, !Is_even_K>(gmem_tiled_copy, tgmem(_, _, _, n_block), tsmem, tKVcKV, keys_left,
-                                        params.head_dim);
-      }
-      ring.commit(i);
+    int i = 0, q_use = 0;  // uses of the K / V rings and of Q's buffer
+    // The tile after the fetch-th: thread 0 takes it from the counter at the fetch-th's start (the
+    // atomic's latency hides behind the loads), every producer thread reads it at its end.
+    auto next_tile = [&](int fetch) {
+      named_barrier_sync(kProducerBarrier, Traits::kNProducerThreads);
+      return warp_uniform(barriers.next_tile[fetch & 1]);
     };
-    for (int n_block = range.n_block_max - 1, i = 0; n_block >= range.n_block_min; --n_block, ++i) {
-      load(barriers.k, smem_k, tKgK, n_block, i);
-      load(barriers.v, smem_v, tVgV, n_block, i);
+    for (int t = blockIdx.x, fetch = 0; t < tiles.n_tiles(); t = next_tile(fetch++)) {
+      if (tidx == 0) barriers.next_tile[fetch & 1] = int(gridDim.x) + atomicAdd(params.tile_counter, 1);
+      // The partitions are built per tile: held across the loop, their coordinates took registers
+      // the producer does not have.
+      Tensor tQsQ = gmem_thr_copy.partition_D(sQ);  // (CPY, CPY_M, CPY_K)
+      Tensor tQcQ = gmem_thr_copy.partition_S(
+          make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // (CPY, CPY_M, CPY_K) -> (m, k)
+      Tensor tKVcKV = gmem_thr_copy.partition_S(
+          make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));  // (CPY, CPY_N, CPY_K) -> (n, k)
+      const FwdWsTile tile = tiles.tile<Is_causal>(t);
+      const BlockInfo binfo(params, tile.bidb);
+      if (tile.m_block * kBlockM >= binfo.seqlen_q) continue;
+      const NBlockRange range = fwd_n_block_range(tile.m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window);
+      const index_t m_start = index_t(tile.m_block) * kBlockM;
+      barriers.q.acquire(q_use);
+      if (tidx == 0) barriers.q_tile = t;  // published by this thread's arrive on the buffer's barrier
+      if (range.n_block_max > range.n_block_min) {
+        Tensor gQ = gmem_row_tile<kBlockM, kHeadDim>(binfo.q_head<Element>(params.q, tile.bidb, tile.bidh),
+                                                     params.q.row_stride, m_start);  // (kBlockM, kHeadDim)
+        copy_or_zfill<true, !Is_even_K>(gmem_tiled_copy, gmem_thr_copy.partition_S(gQ), tQsQ, tQcQ,
+                                       binfo.seqlen_q - int(m_start), params.head_dim);
+      }
+      barriers.q.commit(q_use++);
+      const int bidh_kv = tile.bidh / (params.heads / params.heads_k);
+      auto key_blocks = [&](TensorView const& view) {  // (CPY, CPY_N, CPY_K, n)
+        return gmem_thr_copy.partition_S(gmem_row_tiles<kBlockN, kHeadDim>(
+            binfo.k_head<Element>(view, bidh_kv), view.row_stride, range.n_block_max));
+      };
+      Tensor tKgK = key_blocks(params.k);
+      Tensor tVgV = key_blocks(params.v);
+      // Each buffer as a tensor of its own (a runtime offset into one tensor over all of them would
+      // leave the swizzle to be computed at run time, element by element). Only a tile's top key
+      // block can end past seqlen_k.
+      auto load = [&](SmemRing<Traits::kStages>& ring, Element* smem_ring, auto const& tgmem, int n_block, bool top) {
+        ring.acquire(i);
+        Tensor tsmem = gmem_thr_copy.partition_D(
+            make_tensor(make_smem_ptr(smem_ring + ring.stage(i) * cosize_v<typename Traits::SmemLayoutKVStage>),
+                        typename Traits::SmemLayoutKVStage{}));  // (CPY, CPY_N, CPY_K)
+        const int keys_left = binfo.seqlen_k - n_block * kBlockN;
+        if (top) {
+          copy_or_zfill<true, !Is_even_K>(gmem_tiled_copy, tgmem(_, _, _, n_block), tsmem, tKVcKV, keys_left,
+                                         params.head_dim);
+        } else {
+          copy_or_zfill<false, !Is_even_K>(gmem_tiled_copy, tgmem(_, _, _, n_block), tsmem, tKVcKV, keys_left,
+                                          params.head_dim);
+        }
+        ring.commit(i);
+      };
+      for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block, ++i) {
+        const bool top = n_block == range.n_block_max - 1;
+        load(barriers.k, smem_k, tKgK, n_block, top);
+        load(barriers.v, smem_v, tVgV, n_block, top);
+      }
     }
+    barriers.q.acquire(q_use);
+    if (tidx == 0) barriers.q_tile = -1;
+    barriers.q.commit(q_use);
     cp_async_wait<0>();  // no thread leaves with copies in flight
     return;
   }
@@ -150,107 +172,118 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   Tensor tSrK = thr_mma_s.partition_fragment_B(sK);    // (MMA, MMA_N, MMA_K, stage)
   Tensor tOrVt = thr_mma_o.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stage)
   Tensor tOrO = partition_fragment_C(tiled_mma_o, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // (MMA, MMA_M, MMA_N)
-  clear(tOrO);
   Tensor tScS = thr_mma_s.partition_C(make_identity_tensor(tile_mn));  // (MMA, MMA_M, MMA_N)
   CUTE_STATIC_ASSERT_V(size<2>(tSrQ) == size<2>(tSrK));              // Q K^T's k-slabs
   CUTE_STATIC_ASSERT_V(size<2>(tOrVt) * Int<16>{} == Int<kBlockN>{});  // P V's k-slabs: P's 16-key pairs
   // P of the last softmax, the A operand of the next turn's P V.
   Tensor tOrP = make_tensor<Element>(acc_layout_as_A(partition_fragment_C(tiled_mma_s, tile_mn).layout()));
-
-  Softmax<2 * decltype(size<1>(tOrO))::value, Traits::kLazyRescale> softmax;
-  const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
-  const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
   Tensor tOrO_rc = make_tensor(tOrO.data(), acc_layout_rowcol(tOrO.layout()));  // (rows, head_dim cols)
   Tensor tScS_blocks = make_tensor(tScS.data(), acc_layout_mma_blocks(tScS.layout()));  // ((2, 2), MMA_M, N / 8)
   [[maybe_unused]] DropoutRng dropout_rng(0, 0, 0);
   if constexpr (Is_dropout) dropout_rng = make_dropout_rng(params.dropout);
-  [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
 
-  // Turns: consumer 0, 1, 0, 1, ...; each arrives on the other's barrier when its MMAs are issued.
-  // Both take the same number of turns; consumer 1 skips the arrive after its last one, which no
-  // turn would take (its first arrive, before any turn, stands in for it).
+  // Turns: consumer 0, 1, 0, 1, ... over all tiles; each arrives on the other's barrier when its
+  // MMAs are issued. Consumer 1's arrive before any turn lets consumer 0 start; consumer 0's wait
+  // at the end takes consumer 1's arrive after its last turn.
   auto take_turn = [&] { named_barrier_sync(kTurnBarrier + consumer, 2 * 128); };
-  auto pass_turn = [&](bool last) {
-    if (consumer == 0 || !last) named_barrier_arrive(kTurnBarrier + 1 - consumer, 2 * 128);
-  };
+  auto pass_turn = [&] { named_barrier_arrive(kTurnBarrier + 1 - consumer, 2 * 128); };
+  if (consumer == 1) pass_turn();
 
-  // One key block: in a turn, O += P V of the previous block and S = Q K^T of this one; then mask
-  // and online softmax into P. Use i of the rings holds this block's K and V. The score mods as in
-  // fwd_kernel.h: without softcap, ALiBi (0 without slopes) is S's initial value and Q K^T
-  // accumulates onto it; softcap's tanh comes first, then the bias.
-  int i = 0;
-  auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap) __attribute__((always_inline)) {
-    constexpr bool kSoftcap = decltype(with_softcap)::value;
-    constexpr bool kBiasFirst = Has_mods && !kSoftcap;
-    Tensor tSrS = partition_fragment_C(tiled_mma_s, tile_mn);  // (MMA, MMA_M, MMA_N)
-    if constexpr (kBiasFirst) {
-      fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
-    }
-    barriers.k.wait(i);
-    if (!is_first) barriers.v.wait(i - 1);
-    take_turn();
-    if (!is_first) wgmma_issue<false>(tiled_mma_o, tOrP, tOrVt(_, _, _, barriers.v.stage(i - 1)), tOrO);
-    wgmma_issue<!kBiasFirst>(tiled_mma_s, tSrQ, tSrK(_, _, _, barriers.k.stage(i)), tSrS);
-    pass_turn(false);
-    warpgroup_mma_done(tSrS, tOrO, tOrP);
-    barriers.k.release(i);
-    if (!is_first) barriers.v.release(i - 1);
-    if constexpr (kSoftcap) {
-      apply_softcap(tSrS, params.softcap);
-      apply_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, false, alibi_slope);
-    }
-    if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScS, int(m_start), n_block * kBlockN);
-    Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
-    constexpr bool kCheckInf = decltype(is_masked)::value;
-    if (is_first) {
-      softmax.template softmax_rescale_o<true, kCheckInf>(tSrS_rc, tOrO_rc, params.softmax_scale_log2);
-    } else {
-      softmax.template softmax_rescale_o<false, kCheckInf>(tSrS_rc, tOrO_rc, params.softmax_scale_log2);
-    }
-    Tensor rP = convert_type<Element>(tSrS);  // (MMA, MMA_M, MMA_N)
-    if constexpr (Is_dropout) {
-      Tensor rP_blocks = make_tensor(rP.data(), acc_layout_mma_blocks(rP.layout()));  // ((2, 2), MMA_M, N / 8)
-      zero_dropped(rP_blocks, dropout_rng, tScS_blocks, bh, int(m_start), n_block * kBlockN);
-    }
+  int i = 0;  // uses of the K / V rings, as the producer counts them
+  for (int q_use = 0;; ++q_use) {  // uses of Q's buffer, one per tile
+    barriers.q.wait(q_use);
+    const int t = warp_uniform(barriers.q_tile);
+    if (t < 0) break;
+    const FwdWsTile tile = tiles.tile<Is_causal>(t);
+    const int bidb = tile.bidb, bidh = tile.bidh;
+    const BlockInfo binfo(params, bidb);
+    const NBlockRange range = fwd_n_block_range(tile.m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window);
+    const int rows_left = binfo.seqlen_q - tile.m_block * kBlockM;
+    const index_t m_start = index_t(tile.m_block) * kBlockM;
+    Softmax<2 * decltype(size<1>(tOrO))::value, Traits::kLazyRescale> softmax;
+    const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
+    const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
+    [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
+    clear(tOrO);
+
+    // One key block: in a turn, O += P V of the previous block and S = Q K^T of this one; then
+    // mask and online softmax into P. Use i of the rings holds this block's K and V. The score
+    // mods as in fwd_kernel.h: without softcap, ALiBi (0 without slopes) is S's initial value and
+    // Q K^T accumulates onto it; softcap's tanh comes first, then the bias.
+    auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap) __attribute__((always_inline)) {
+      constexpr bool kSoftcap = decltype(with_softcap)::value;
+      constexpr bool kBiasFirst = Has_mods && !kSoftcap;
+      Tensor tSrS = partition_fragment_C(tiled_mma_s, tile_mn);  // (MMA, MMA_M, MMA_N)
+      if constexpr (kBiasFirst) {
+        fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
+      }
+      barriers.k.wait(i);
+      if (!is_first) barriers.v.wait(i - 1);
+      take_turn();
+      if (!is_first) wgmma_issue<false>(tiled_mma_o, tOrP, tOrVt(_, _, _, barriers.v.stage(i - 1)), tOrO);
+      wgmma_issue<!kBiasFirst>(tiled_mma_s, tSrQ, tSrK(_, _, _, barriers.k.stage(i)), tSrS);
+      pass_turn();
+      warpgroup_mma_done(tSrS, tOrO, tOrP);
+      barriers.k.release(i);
+      if (!is_first) barriers.v.release(i - 1);
+      if constexpr (kSoftcap) {
+        apply_softcap(tSrS, params.softcap);
+        apply_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, false, alibi_slope);
+      }
+      if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScS, int(m_start), n_block * kBlockN);
+      Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
+      constexpr bool kCheckInf = decltype(is_masked)::value;
+      if (is_first) {
+        softmax.template softmax_rescale_o<true, kCheckInf>(tSrS_rc, tOrO_rc, params.softmax_scale_log2);
+      } else {
+        softmax.template softmax_rescale_o<false, kCheckInf>(tSrS_rc, tOrO_rc, params.softmax_scale_log2);
+      }
+      Tensor rP = convert_type<Element>(tSrS);  // (MMA, MMA_M, MMA_N)
+      if constexpr (Is_dropout) {
+        Tensor rP_blocks = make_tensor(rP.data(), acc_layout_mma_blocks(rP.layout()));  // ((2, 2), MMA_M, N / 8)
+        zero_dropped(rP_blocks, dropout_rng, tScS_blocks, bh, int(m_start), n_block * kBlockN);
+      }
 #pragma unroll
-    for (int j = 0; j < size(rP); ++j) tOrP(j) = rP(j);
-    ++i;
-  };
+      for (int j = 0; j < size(rP); ++j) tOrP(j) = rP(j);
+      ++i;
+    };
 
-  if (has_keys) {
-    if (consumer == 1) named_barrier_arrive(kTurnBarrier, 2 * 128);  // consumer 0 goes first
-    cutlass::arch::ClusterBarrier::wait(&barriers.q_full, 0);
-    cutlass::arch::fence_view_async_shared();
-    fwd_walk(range, cute::bool_constant<Is_softcap>{}, fwd_step);
-    // The last turn: P V of the bottom key block.
-    barriers.v.wait(i - 1);
-    take_turn();
-    wgmma_issue<false>(tiled_mma_o, tOrP, tOrVt(_, _, _, barriers.v.stage(i - 1)), tOrO);
-    pass_turn(true);
-    warpgroup_mma_done(tOrO, tOrP);
-  }
-  // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
-  auto lse = softmax.finalize(tOrO_rc, params.softmax_scale, Is_dropout ? params.dropout.rp : 1.f);
-  if constexpr (Has_mods) {
-    if (params.alibi_slopes && alibi_causal_form(window)) {
-      shift_alibi_lse(lse, tScS, int(m_start), binfo.seqlen_q, binfo.seqlen_k, alibi_slope * params.softmax_scale);
+    if (range.n_block_max > range.n_block_min) {
+      fwd_walk(range, cute::bool_constant<Is_softcap>{}, fwd_step);
+      // The last turn: P V of the bottom key block.
+      barriers.v.wait(i - 1);
+      take_turn();
+      wgmma_issue<false>(tiled_mma_o, tOrP, tOrVt(_, _, _, barriers.v.stage(i - 1)), tOrO);
+      pass_turn();
+      warpgroup_mma_done(tOrO, tOrP);
+      barriers.v.release(i - 1);
     }
-  }
-  // A consumer's rows of sO are its rows of sQ, which only its own (finished) MMAs read.
-  Tensor gO = gmem_row_tile<kBlockM, kHeadDim>(binfo.q_head<Element>(params.o, bidb, bidh), params.o.row_stride,
-                                               m_start);  // (kBlockM, kHeadDim)
-  Tensor gLSE = make_tensor(make_gmem_ptr(params.softmax_lse_ptr + binfo.lse_offset(params, bidb, bidh) + m_start),
-                            Shape<Int<kBlockM>>{});  // (kBlockM)
-  write_o<Traits, Is_even_K>(tOrO, lse, gO, sO, gLSE, rows_left, params.head_dim, tidx, sync_consumers);
-  if constexpr (Is_dropout) {
-    if (params.o_residual.ptr != nullptr) {
-      Tensor gOres = gmem_row_tile<kBlockM, kHeadDim>(binfo.q_head<Element>(params.o_residual, bidb, bidh),
-                                                      params.o_residual.row_stride, m_start);  // (kBlockM, kHeadDim)
-      sync_consumers();  // every consumer is done reading O from sO
-      store_tile_via_smem<typename Traits::SmemCopyAtomO, typename Traits::GmemTiledCopyO, Is_even_K>(
-          tiled_mma_o, rounding_residual<Element>(tOrO), sO, gOres, rows_left, params.head_dim, tidx, sync_consumers);
+    // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
+    auto lse = softmax.finalize(tOrO_rc, params.softmax_scale, Is_dropout ? params.dropout.rp : 1.f);
+    if constexpr (Has_mods) {
+      if (params.alibi_slopes && alibi_causal_form(window)) {
+        shift_alibi_lse(lse, tScS, int(m_start), binfo.seqlen_q, binfo.seqlen_k, alibi_slope * params.softmax_scale);
+      }
     }
+    // A consumer's rows of sO are its rows of sQ, which only its own (finished) MMAs read.
+    Tensor gO = gmem_row_tile<kBlockM, kHeadDim>(binfo.q_head<Element>(params.o, bidb, bidh), params.o.row_stride,
+                                                 m_start);  // (kBlockM, kHeadDim)
+    Tensor gLSE = make_tensor(make_gmem_ptr(params.softmax_lse_ptr + binfo.lse_offset(params, bidb, bidh) + m_start),
+                              Shape<Int<kBlockM>>{});  // (kBlockM)
+    write_o<Traits, Is_even_K>(tOrO, lse, gO, sO, gLSE, rows_left, params.head_dim, tidx, sync_consumers);
+    if constexpr (Is_dropout) {
+      if (params.o_residual.ptr != nullptr) {
+        Tensor gOres = gmem_row_tile<kBlockM, kHeadDim>(binfo.q_head<Element>(params.o_residual, bidb, bidh),
+                                                        params.o_residual.row_stride, m_start);  // (kBlockM, kHeadDim)
+        sync_consumers();  // every consumer is done reading O from sO
+        store_tile_via_smem<typename Traits::SmemCopyAtomO, typename Traits::GmemTiledCopyO, Is_even_K>(
+            tiled_mma_o, rounding_residual<Element>(tOrO), sO, gOres, rows_left, params.head_dim, tidx,
+            sync_consumers);
+      }
+    }
+    barriers.q.release(q_use);  // this thread is done reading sO: the producer may load the next Q
   }
+  if (consumer == 0) take_turn();  // consumer 1's arrive after its last turn
 #else
   __trap();  // built without sm_90a (the dispatcher only picks this kernel on compute capability 9.0)
 #endif
@@ -261,7 +294,14 @@ cudaError_t launch_fwd_sm90_ws_kernel(FwdParams const& params, cudaStream_t stre
   auto kernel = flash_fwd_sm90_ws_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kIsSoftcap>;
   const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
-  const dim3 grid(ceil_div(params.seqlen_q, Traits::kBlockM), params.batch, params.heads);
+  // Persistent: one CTA per SM (or per tile, when there are fewer), each taking tiles until none
+  // are left (tile_order.h).
+  const int64_t n_tiles = int64_t(ceil_div(params.seqlen_q, Traits::kBlockM)) * params.batch * params.heads;
+  if (n_tiles == 0) return cudaSuccess;
+  const int grid = int(std::min<int64_t>(n_tiles, params.num_sms > 0 ? params.num_sms : 132));
+  if (params.tile_counter == nullptr || n_tiles > INT32_MAX - grid) return cudaErrorInvalidValue;
+  const cudaError_t zeroed = cudaMemsetAsync(params.tile_counter, 0, sizeof(int), stream);
+  if (zeroed != cudaSuccess) return zeroed;
   kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(params);
   return cudaPeekAtLastError();
 }

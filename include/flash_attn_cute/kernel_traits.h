@@ -49,6 +49,9 @@ struct GmemCopies {
                                                   ThreadLayout{}, VectorLayout{}));
   using TiledCopyStore = decltype(make_tiled_copy(Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>{},
                                                   ThreadLayout{}, VectorLayout{}));
+  // cp.async that writes zeros where its predicate is off (copy_or_zfill).
+  using TiledCopyAsyncZfill = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<uint128_t>, Element>{},
+                                                       ThreadLayout{}, VectorLayout{}));
 };
 
 // kIsSplit: the split-KV kernel's tile (fwd_split_tile_shape), else kVariant's (fwd_tile_shape).

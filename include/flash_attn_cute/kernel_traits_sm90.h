@@ -117,7 +117,7 @@ struct FwdKernelTraitsSm90Ws {
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
   static_assert(kSmemQBytes % 1024 == 0 && kSmemKVBytes % (1024 * kStages) == 0, "swizzle atoms start 1024-byte aligned");
 
-  using GmemTiledCopyQKV = typename GmemCopies<Element, kNProducerThreads, kHeadDim>::TiledCopyAsync;
+  using GmemTiledCopyQKV = typename GmemCopies<Element, kNProducerThreads, kHeadDim>::TiledCopyAsyncZfill;
   using GmemTiledCopyO = typename GmemCopies<Element, kNConsumerThreads, kHeadDim>::TiledCopyStore;
   static constexpr int kProducerRowsPerPass = kNProducerThreads / GmemCopies<Element, kNProducerThreads, kHeadDim>::kThreadsPerRow;
   static_assert(kBlockM % kProducerRowsPerPass == 0 && kBlockN % kProducerRowsPerPass == 0,

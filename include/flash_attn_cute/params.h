@@ -138,6 +138,9 @@ struct FwdParams {
   // Among those, the warp-specialized kernel (fwd_kernel_sm90_ws.h): -1 where it pays
   // (fwd_sm90_ws_pays), 0 never, 1 wherever it is built (FLASH_ATTN_CUTE_SM90_WS, for A / B and tests).
   int sm90_ws = -1;
+  // The warp-specialized kernel's tile counter (one int, zeroed by its launch): CTAs take their
+  // next tile from it (fwd_kernel_sm90_ws.h). The caller gives it wherever that kernel may run.
+  int* tile_counter = nullptr;
 
   // Split-KV (num_splits > 1): split s of a query row block walks its share of the key blocks and
   // writes its own O (fp32, normalised by its own sum) and LSE (-inf when it saw no key) for row r

@@ -77,24 +77,22 @@ constexpr int fwd_sm90_ctas_per_sm(int kernel_head_dim, Variant variant) {
   return variant == Variant::kScoreMods ? 3 : plain - 1;
 }
 
-// The warp-specialized Hopper forward (fwd_kernel_sm90_ws.h), one CTA per SM: a producer warpgroup
-// and two consumer warpgroups of 64 query rows each (128-row tiles), K and V in rings of
-// kFwdSm90WsStages buffers; 128-key steps up to head dim 128, 96 at 192 and 64 at 256 (O takes 96
-// and 128 registers per thread there). Measured on H200 (session 19, bf16): at 16k tokens 548-558
-// TFLOP/s at hdim 128 against 438-456 for the three-CTA kernel above (535-541 without the
-// consumers' turns at the tensor cores), 600-620 against 470-478 at 192 and 630-639 against
-// 470-511 at 256. But a CTA alone on its SM leaves its start and its epilogue bare: at hdim 128 it
-// loses with fewer than about 2048 keys per query row (causal 1024: 296 against 324; non-causal
-// 512: 324 against 344), and at hdim 64 it is at best 2-7 % faster (16k) and down to 30 % slower.
-// Above 128 the longer steps hide that from about 512 keys on (causal 1024: 297-305 against
-// 299-300 at 192, 330 against 290-308 at 256). So it runs head dims from 96 on, where rows see
-// that many keys on average.
-constexpr bool fwd_sm90_warp_specialized(int kernel_head_dim) { return kernel_head_dim > 64; }
+// The warp-specialized Hopper forward (fwd_kernel_sm90_ws.h), one persistent CTA per SM: a
+// producer warpgroup and two consumer warpgroups of 64 query rows each (128-row tiles), K and V in
+// rings of kFwdSm90WsStages buffers; 128-key steps up to head dim 128, 96 at 192 and 64 at 256 (O
+// takes 96 and 128 registers per thread there). Measured on H200 (session 20, bf16, against the
+// three-CTA kernel above in the same build): at hdim 128, 564-567 TFLOP/s against 457 at 16k
+// tokens, causal 352-357 against 317 at 1024 and even (233-236 against 237) at causal 512, where
+// rows see 256 keys on average; at hdim 64, 380-394 against 350-365 from 8k on, even where rows
+// see 1024 keys (causal 2048: 306 against 301) and 5-19 % slower at 512 keys (non-causal 512:
+// 258 against 271, causal 1024: 240 against 262). Session 19's non-persistent form had needed
+// 2048 keys at hdim 128 and 512 above, where longer steps hide a tile's start and epilogue better.
+constexpr bool fwd_sm90_warp_specialized(int kernel_head_dim) { return kernel_head_dim >= 64; }
 constexpr FwdTileShape fwd_sm90_ws_tile_shape(int kernel_head_dim) {
   if (kernel_head_dim <= 128) return {128, 128, 12};
   return {128, kernel_head_dim <= 192 ? 96 : 64, 12};
 }
-constexpr int fwd_sm90_ws_min_mean_keys(int kernel_head_dim) { return kernel_head_dim <= 128 ? 2048 : 512; }
+constexpr int fwd_sm90_ws_min_mean_keys(int kernel_head_dim) { return kernel_head_dim <= 64 ? 1024 : 256; }
 
 // The keys a query row sees on average (params.h's Window: left / right, -1 unbounded), near enough
 // for a choice of kernel: the mean over 64 rows spread evenly over the sequence.

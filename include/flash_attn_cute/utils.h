@@ -161,6 +161,22 @@ __device__ __forceinline__ void copy_or_zero(TiledCopy const& tiled_copy, Tensor
   }
 }
 
+// copy_or_zero with a zero-filling cp.async (TiledCopyAsyncZfill): the zeros too are written by the
+// copy, not by stores of the thread (no per-element swizzled addresses to hold, and the zeros land
+// with the copies, e.g. for an mbarrier that tracks them). Out-of-bounds vectors read nothing.
+template <bool Check_rows, bool Check_cols, class TiledCopy, class TensorS, class TensorD, class TensorC>
+__device__ __forceinline__ void copy_or_zfill(TiledCopy const& tiled_copy, TensorS const& tS, TensorD&& tD,
+                                              TensorC const& tC, int max_row, int max_col) {
+#pragma unroll
+  for (int m = 0; m < size<1>(tS); ++m) {
+#pragma unroll
+    for (int k = 0; k < size<2>(tS); ++k) {
+      const bool in = (!Check_rows || get<0>(tC(0, m, k)) < max_row) && (!Check_cols || get<1>(tC(0, m, k)) < max_col);
+      copy(tiled_copy.with(in), tS(_, m, k), tD(_, m, k));
+    }
+  }
+}
+
 // copy_or_zero for sources whose rows are found one by one (a paged KV cache): tile row r starts at
 // src + row_offset(r), or does not exist when row_offset(r) < 0 and is zeroed like rows past max_row.
 template <bool Check_rows, bool Check_cols, class TiledCopy, class Element, class RowOffset, class TensorD,

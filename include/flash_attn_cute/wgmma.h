@@ -65,6 +65,10 @@ __device__ __forceinline__ void wait_copies_and_sync() {
   __syncthreads();
 }
 
+// A value every lane of the warp holds alike (read from shared memory, say), made known as such to
+// the compiler: what derives from it can live in uniform registers, as from blockIdx.
+__device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
+
 // Named barriers (bar.sync / bar.arrive with a thread count); id 0 is __syncthreads'.
 __device__ __forceinline__ void named_barrier_sync(int id, int n_threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n_threads) : "memory");

@@ -1,7 +1,8 @@
 // Host-side unit tests of the torch-free headers: the tile tables, the key-block range each query
 // block visits (and the backward's inverse), the visibility rule, BlockInfo's offsets, the
-// split-KV heuristic, ranges and combine math, and dropout's RNG and the MMA fragments it relies on. Compiled by nvcc as host code only
-// (mask.h pulls in CuTe, which only nvcc parses), no GPU needed.
+// split-KV heuristic, ranges and combine math, the persistent Hopper forward's tile order, and
+// dropout's RNG and the MMA fragments it relies on. Compiled by nvcc as host code only (mask.h
+// pulls in CuTe, which only nvcc parses), no GPU needed.
 //
 //   test_host_units                    run every case
 //   test_host_units CASE [CASE...]     run the named cases (see kCases below)
@@ -28,6 +29,7 @@
 #include "flash_attn_cute/mask.h"
 #include "flash_attn_cute/params.h"
 #include "flash_attn_cute/split_kv.h"
+#include "flash_attn_cute/tile_order.h"
 #include "flash_attn_cute/tile_size.h"
 
 namespace {
@@ -126,7 +128,7 @@ void test_tile_table() {
     CHECK(fwd_sm90_ws_smem_bytes(ws, kFwdHeadDims[i]) + 1024 <= 228 * 1024,
           fmt("sm90 ws tile of hdim %d: one CTA per SM", kFwdHeadDims[i]));
   }
-  CHECK(fwd_sm90_warp_specialized(96) && fwd_sm90_warp_specialized(256) && !fwd_sm90_warp_specialized(64),
+  CHECK(fwd_sm90_warp_specialized(64) && fwd_sm90_warp_specialized(256) && !fwd_sm90_warp_specialized(32),
         "the warp-specialized kernel's head dims");
   // The keys a row sees on average, against counts by brute force over the rows (params.h's rule).
   auto mean_keys = [](int sq, int sk, int left, int right) {
@@ -146,13 +148,13 @@ void test_tile_table() {
     CHECK(got >= 0.9 * want - 1 && got <= 1.1 * want + 1,
           fmt("mean keys per row of %d x %d, window (%d, %d): %.1f, counted %.1f", c[0], c[1], c[2], c[3], got, want));
   }
-  CHECK(fwd_sm90_ws_pays(128, 4096, 4096, -1, 0) && fwd_sm90_ws_pays(96, 2048, 2048, -1, -1) &&
-            !fwd_sm90_ws_pays(128, 2048, 2048, -1, 0) && !fwd_sm90_ws_pays(128, 16384, 16384, 1024, 0) &&
-            !fwd_sm90_ws_pays(64, 16384, 16384, -1, -1),
-        "the warp-specialized kernel at head dims 96 and 128 where rows see 2048 keys or more");
-  CHECK(fwd_sm90_ws_pays(192, 1024, 1024, -1, 0) && fwd_sm90_ws_pays(256, 16384, 16384, 1024, 0) &&
-            !fwd_sm90_ws_pays(256, 512, 512, -1, 0),
-        "the warp-specialized kernel at head dims 192 and 256 where rows see 512 keys or more");
+  CHECK(fwd_sm90_ws_pays(128, 512, 512, -1, 0) && fwd_sm90_ws_pays(96, 256, 256, -1, -1) &&
+            fwd_sm90_ws_pays(256, 16384, 16384, 1024, 0) && !fwd_sm90_ws_pays(128, 256, 256, -1, 0) &&
+            !fwd_sm90_ws_pays(192, 16384, 16384, 128, 0),
+        "the warp-specialized kernel from head dim 96 on where rows see 256 keys or more");
+  CHECK(fwd_sm90_ws_pays(64, 2048, 2048, -1, 0) && fwd_sm90_ws_pays(64, 1024, 1024, -1, -1) &&
+            !fwd_sm90_ws_pays(64, 1024, 1024, -1, 0) && !fwd_sm90_ws_pays(32, 16384, 16384, -1, -1),
+        "the warp-specialized kernel at head dim 64 where rows see 1024 keys or more");
   CHECK_EQ(fwd_sm90_ws_smem_bytes(fwd_sm90_ws_tile_shape(128), 128), 163968, "sm90 ws smem at hdim 128");
   CHECK_EQ(fwd_smem_bytes(fwd_split_tile_shape(128), 128), 20480, "split tile smem at hdim 128");
 
@@ -858,6 +860,50 @@ void test_split_combine() {
 // ----------------------------------------------------------------------------------------------
 // block_info: sequence lengths and element offsets, fixed-length and varlen.
 
+// The persistent Hopper forward's tile order: every tile exactly once, sections that fit in L2,
+// causal row blocks within a section heaviest first, a GQA group's heads side by side.
+void test_ws_tile_order() {
+  const int64_t kv_bytes_list[] = {0, 1, int64_t(64) << 10, int64_t(8) << 20, int64_t(40) << 20};
+  for (int m_blocks : {1, 3, 8, 17}) {
+    for (int batch : {1, 2, 5}) {
+      for (int heads : {1, 3, 16}) {
+        for (int64_t kv_bytes : kv_bytes_list) {
+          for (bool causal : {false, true}) {
+            const FwdWsTileOrder order = FwdWsTileOrder::make(m_blocks, batch, heads, kv_bytes, causal);
+            const std::string what = fmt("m_blocks %d batch %d heads %d kv %lld causal %d", m_blocks, batch, heads,
+                                         (long long)kv_bytes, int(causal));
+            CHECK_EQ(order.n_tiles(), m_blocks * batch * heads, what);
+            CHECK(order.section >= 1 && order.section <= batch * heads, what);
+            CHECK(order.section == 1 || (causal && order.section * kv_bytes <= FwdWsTileOrder::kL2Bytes),
+                  what + " non-causal: a pair per section; causal: sections that fit in L2");
+            std::vector<int> seen(m_blocks * batch * heads, 0);
+            FwdWsTile prev{};
+            bool in_range = true, heaviest_first = true, heads_side_by_side = true;
+            for (int t = 0; t < order.n_tiles(); ++t) {
+              const FwdWsTile x = causal ? order.tile<true>(t) : order.tile<false>(t);
+              const bool ok = x.m_block >= 0 && x.m_block < m_blocks && x.bidb >= 0 && x.bidb < batch && x.bidh >= 0 &&
+                              x.bidh < heads;
+              in_range = in_range && ok;
+              if (!ok) continue;
+              ++seen[(x.bidb * heads + x.bidh) * m_blocks + x.m_block];
+              const int pair = x.bidb * heads + x.bidh, prev_pair = prev.bidb * heads + prev.bidh;
+              if (t > 0 && pair / order.section == prev_pair / order.section) {  // the same section
+                heaviest_first = heaviest_first && (causal ? x.m_block <= prev.m_block : x.m_block >= prev.m_block);
+                heads_side_by_side = heads_side_by_side && (x.m_block != prev.m_block || pair == prev_pair + 1);
+              }
+              prev = x;
+            }
+            CHECK(in_range, what);
+            CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }), what + " every tile once");
+            CHECK(heaviest_first, what + (causal ? " causal: bottom row blocks first" : " row blocks in order"));
+            CHECK(heads_side_by_side, what + " a row block's pairs side by side");
+          }
+        }
+      }
+    }
+  }
+}
+
 void test_block_info() {
   constexpr index_t k2to31 = index_t{1} << 31;
   {
@@ -1267,6 +1313,7 @@ const Case kCases[] = {
     {"split_range", test_split_range},
     {"split_combine", test_split_combine},
     {"block_info", test_block_info},
+    {"ws_tile_order", test_ws_tile_order},
     {"dropout_rng", test_dropout_rng},
     {"dropout_layout", test_dropout_layout},
 };
