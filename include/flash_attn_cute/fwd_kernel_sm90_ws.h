@@ -43,6 +43,91 @@ struct FwdWsBarriers {
 };
 static_assert(sizeof(FwdWsBarriers<kFwdSm90WsStages>) <= kFwdSm90WsBarrierBytes);
 
+// The producer: per tile, Q (once the consumers are done with the last tile's Q and O) with
+// the tile's index, then K(n) and V(n) for the key blocks from the top down, the consumers'
+// order. The rings run on across tiles, so the next tile's K and V load during a tile's last
+// steps and epilogue. Tiles past a varlen sequence's end are skipped here; after the last tile,
+// Q's buffer comes with the index -1.
+template <class Traits, bool Is_causal, bool Is_even_K>
+__device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTileOrder const& tiles, Window window,
+                                               FwdWsBarriers<Traits::kStages>& barriers,
+                                               typename Traits::Element* smem_q, typename Traits::Element* smem_k,
+                                               typename Traits::Element* smem_v) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});  // (kBlockM, kHeadDim)
+  const int tidx = threadIdx.x;
+  typename Traits::GmemTiledCopyQKV gmem_tiled_copy;
+  auto gmem_thr_copy = gmem_tiled_copy.get_thread_slice(tidx);
+  int i = 0, q_use = 0;  // uses of the K / V rings and of Q's buffer
+  // The tile after the fetch-th: thread 0 takes it from the counter at the fetch-th's start (the
+  // atomic's latency hides behind the loads), every producer thread reads it at its end.
+  auto next_tile = [&](int fetch) {
+    named_barrier_sync(kProducerBarrier, Traits::kNProducerThreads);
+    return warp_uniform(barriers.next_tile[fetch & 1]);
+  };
+  for (int t = blockIdx.x, fetch = 0; t < tiles.n_tiles(); t = next_tile(fetch++)) {
+    if (tidx == 0) barriers.next_tile[fetch & 1] = int(gridDim.x) + atomicAdd(params.tile_counter, 1);
+    // The partitions are built per tile: held across the loop, their coordinates took registers
+    // the producer does not have.
+    Tensor tQsQ = gmem_thr_copy.partition_D(sQ);  // (CPY, CPY_M, CPY_K)
+    Tensor tQcQ = gmem_thr_copy.partition_S(
+        make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // (CPY, CPY_M, CPY_K) -> (m, k)
+    Tensor tKVcKV = gmem_thr_copy.partition_S(
+        make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));  // (CPY, CPY_N, CPY_K) -> (n, k)
+    const FwdWsTile tile = tiles.tile<Is_causal>(t);
+    const BlockInfo binfo(params, tile.bidb);
+    if (tile.m_block * kBlockM >= binfo.seqlen_q) continue;
+    const NBlockRange range = fwd_n_block_range(tile.m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window);
+    const index_t m_start = index_t(tile.m_block) * kBlockM;
+    barriers.q.acquire(q_use);
+    if (tidx == 0) barriers.q_tile = t;  // published by this thread's arrive on the buffer's barrier
+    if (range.n_block_max > range.n_block_min) {
+      Tensor gQ = gmem_row_tile<kBlockM, kHeadDim>(binfo.q_head<Element>(params.q, tile.bidb, tile.bidh),
+                                                   params.q.row_stride, m_start);  // (kBlockM, kHeadDim)
+      copy_or_zfill<true, !Is_even_K>(gmem_tiled_copy, gmem_thr_copy.partition_S(gQ), tQsQ, tQcQ,
+                                     binfo.seqlen_q - int(m_start), params.head_dim);
+    }
+    barriers.q.commit(q_use++);
+    const int bidh_kv = tile.bidh / (params.heads / params.heads_k);
+    auto key_blocks = [&](TensorView const& view) {  // (CPY, CPY_N, CPY_K, n)
+      return gmem_thr_copy.partition_S(gmem_row_tiles<kBlockN, kHeadDim>(
+          binfo.k_head<Element>(view, bidh_kv), view.row_stride, range.n_block_max));
+    };
+    Tensor tKgK = key_blocks(params.k);
+    Tensor tVgV = key_blocks(params.v);
+    // Each buffer as a tensor of its own (a runtime offset into one tensor over all of them would
+    // leave the swizzle to be computed at run time, element by element). Only a tile's top key
+    // block can end past seqlen_k.
+    auto load = [&](SmemRing<Traits::kStages>& ring, Element* smem_ring, auto const& tgmem, int n_block, bool top) {
+      ring.acquire(i);
+      Tensor tsmem = gmem_thr_copy.partition_D(
+          make_tensor(make_smem_ptr(smem_ring + ring.stage(i) * cosize_v<typename Traits::SmemLayoutKVStage>),
+                      typename Traits::SmemLayoutKVStage{}));  // (CPY, CPY_N, CPY_K)
+      const int keys_left = binfo.seqlen_k - n_block * kBlockN;
+      if (top) {
+        copy_or_zfill<true, !Is_even_K>(gmem_tiled_copy, tgmem(_, _, _, n_block), tsmem, tKVcKV, keys_left,
+                                       params.head_dim);
+      } else {
+        copy_or_zfill<false, !Is_even_K>(gmem_tiled_copy, tgmem(_, _, _, n_block), tsmem, tKVcKV, keys_left,
+                                        params.head_dim);
+      }
+      ring.commit(i);
+    };
+    for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block, ++i) {
+      const bool top = n_block == range.n_block_max - 1;
+      load(barriers.k, smem_k, tKgK, n_block, top);
+      load(barriers.v, smem_v, tVgV, n_block, top);
+    }
+  }
+  barriers.q.acquire(q_use);
+  if (tidx == 0) barriers.q_tile = -1;
+  barriers.q.commit(q_use);
+  cp_async_wait<0>();  // no thread leaves with copies in flight
+}
+
 template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, bool Is_softcap>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     flash_fwd_sm90_ws_kernel(__grid_constant__ const FwdParams params) {
@@ -81,80 +166,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   __syncthreads();
 
   if (threadIdx.x < Traits::kNProducerThreads) {
-    // The producer: per tile, Q (once the consumers are done with the last tile's Q and O) with
-    // the tile's index, then K(n) and V(n) for the key blocks from the top down, the consumers'
-    // order. The rings run on across tiles, so the next tile's K and V load during a tile's last
-    // steps and epilogue. Tiles past a varlen sequence's end are skipped here; after the last tile,
-    // Q's buffer comes with the index -1.
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
-    const int tidx = threadIdx.x;
-    typename Traits::GmemTiledCopyQKV gmem_tiled_copy;
-    auto gmem_thr_copy = gmem_tiled_copy.get_thread_slice(tidx);
-    int i = 0, q_use = 0;  // uses of the K / V rings and of Q's buffer
-    // The tile after the fetch-th: thread 0 takes it from the counter at the fetch-th's start (the
-    // atomic's latency hides behind the loads), every producer thread reads it at its end.
-    auto next_tile = [&](int fetch) {
-      named_barrier_sync(kProducerBarrier, Traits::kNProducerThreads);
-      return warp_uniform(barriers.next_tile[fetch & 1]);
-    };
-    for (int t = blockIdx.x, fetch = 0; t < tiles.n_tiles(); t = next_tile(fetch++)) {
-      if (tidx == 0) barriers.next_tile[fetch & 1] = int(gridDim.x) + atomicAdd(params.tile_counter, 1);
-      // The partitions are built per tile: held across the loop, their coordinates took registers
-      // the producer does not have.
-      Tensor tQsQ = gmem_thr_copy.partition_D(sQ);  // (CPY, CPY_M, CPY_K)
-      Tensor tQcQ = gmem_thr_copy.partition_S(
-          make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // (CPY, CPY_M, CPY_K) -> (m, k)
-      Tensor tKVcKV = gmem_thr_copy.partition_S(
-          make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));  // (CPY, CPY_N, CPY_K) -> (n, k)
-      const FwdWsTile tile = tiles.tile<Is_causal>(t);
-      const BlockInfo binfo(params, tile.bidb);
-      if (tile.m_block * kBlockM >= binfo.seqlen_q) continue;
-      const NBlockRange range = fwd_n_block_range(tile.m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window);
-      const index_t m_start = index_t(tile.m_block) * kBlockM;
-      barriers.q.acquire(q_use);
-      if (tidx == 0) barriers.q_tile = t;  // published by this thread's arrive on the buffer's barrier
-      if (range.n_block_max > range.n_block_min) {
-        Tensor gQ = gmem_row_tile<kBlockM, kHeadDim>(binfo.q_head<Element>(params.q, tile.bidb, tile.bidh),
-                                                     params.q.row_stride, m_start);  // (kBlockM, kHeadDim)
-        copy_or_zfill<true, !Is_even_K>(gmem_tiled_copy, gmem_thr_copy.partition_S(gQ), tQsQ, tQcQ,
-                                       binfo.seqlen_q - int(m_start), params.head_dim);
-      }
-      barriers.q.commit(q_use++);
-      const int bidh_kv = tile.bidh / (params.heads / params.heads_k);
-      auto key_blocks = [&](TensorView const& view) {  // (CPY, CPY_N, CPY_K, n)
-        return gmem_thr_copy.partition_S(gmem_row_tiles<kBlockN, kHeadDim>(
-            binfo.k_head<Element>(view, bidh_kv), view.row_stride, range.n_block_max));
-      };
-      Tensor tKgK = key_blocks(params.k);
-      Tensor tVgV = key_blocks(params.v);
-      // Each buffer as a tensor of its own (a runtime offset into one tensor over all of them would
-      // leave the swizzle to be computed at run time, element by element). Only a tile's top key
-      // block can end past seqlen_k.
-      auto load = [&](SmemRing<Traits::kStages>& ring, Element* smem_ring, auto const& tgmem, int n_block, bool top) {
-        ring.acquire(i);
-        Tensor tsmem = gmem_thr_copy.partition_D(
-            make_tensor(make_smem_ptr(smem_ring + ring.stage(i) * cosize_v<typename Traits::SmemLayoutKVStage>),
-                        typename Traits::SmemLayoutKVStage{}));  // (CPY, CPY_N, CPY_K)
-        const int keys_left = binfo.seqlen_k - n_block * kBlockN;
-        if (top) {
-          copy_or_zfill<true, !Is_even_K>(gmem_tiled_copy, tgmem(_, _, _, n_block), tsmem, tKVcKV, keys_left,
-                                         params.head_dim);
-        } else {
-          copy_or_zfill<false, !Is_even_K>(gmem_tiled_copy, tgmem(_, _, _, n_block), tsmem, tKVcKV, keys_left,
-                                          params.head_dim);
-        }
-        ring.commit(i);
-      };
-      for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block, ++i) {
-        const bool top = n_block == range.n_block_max - 1;
-        load(barriers.k, smem_k, tKgK, n_block, top);
-        load(barriers.v, smem_v, tVgV, n_block, top);
-      }
-    }
-    barriers.q.acquire(q_use);
-    if (tidx == 0) barriers.q_tile = -1;
-    barriers.q.commit(q_use);
-    cp_async_wait<0>();  // no thread leaves with copies in flight
+    fwd_ws_produce<Traits, Is_causal, Is_even_K>(params, tiles, window, barriers, smem_q, smem_k, smem_v);
     return;
   }
 
