@@ -45,9 +45,9 @@ static_assert(sizeof(FwdWsBarriers<kFwdSm90WsStages>) <= kFwdSm90WsBarrierBytes)
 
 // The producer: per tile, Q (once the consumers are done with the last tile's Q and O) with
 // the tile's index, then K(n) and V(n) for the key blocks from the top down, the consumers'
-// order. The rings run on across tiles, so the next tile's K and V load during a tile's last
-// steps and epilogue. Tiles past a varlen sequence's end are skipped here; after the last tile,
-// Q's buffer comes with the index -1.
+// order. The rings run on across tiles, but a tile's K and V wait behind its Q, which waits for
+// the last tile's epilogue. Tiles past a varlen sequence's end are skipped here; after the last
+// tile, Q's buffer comes with the index -1.
 template <class Traits, bool Is_causal, bool Is_even_K>
 __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTileOrder const& tiles, Window window,
                                                FwdWsBarriers<Traits::kStages>& barriers,
