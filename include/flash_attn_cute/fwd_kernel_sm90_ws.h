@@ -128,51 +128,25 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTil
   cp_async_wait<0>();  // no thread leaves with copies in flight
 }
 
+// The consumers: per tile (its index from Q's buffer, -1 for the end), the key blocks in turns with
+// the other consumer, then the epilogue (O through sO, which is Q's buffer, and the LSE).
 template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, bool Is_softcap>
-__global__ void __launch_bounds__(Traits::kNThreads, 1)
-    flash_fwd_sm90_ws_kernel(__grid_constant__ const FwdParams params) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTileOrder const& tiles, Window window,
+                                               FwdWsBarriers<Traits::kStages>& barriers,
+                                               typename Traits::Element* smem_q, typename Traits::Element* smem_k,
+                                               typename Traits::Element* smem_v) {
+  static_assert(Traits::kConsumers == 2, "the turns (take_turn / pass_turn) are written for two consumers");
   constexpr bool Has_mods = kVariant != Variant::kPlain;
   constexpr bool Is_dropout = kVariant == Variant::kDropout;
-  static_assert(Has_mods || !Is_softcap);
-  static_assert(Traits::kConsumers == 2, "the turns (take_turn / pass_turn) are written for two consumers");
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kConsumerThreads = Traits::kNConsumerThreads;
-  extern __shared__ __align__(1024) char smem[];
-  if constexpr (Is_dropout) record_rng_state(params.dropout);
-  const FwdWsTileOrder tiles = FwdWsTileOrder::make(ceil_div(params.seqlen_q, kBlockM), params.batch, params.heads,
-                                                    int64_t(params.seqlen_k) * kHeadDim * 2 * sizeof(Element), Is_causal);
-  const Window window = Has_mods ? params.window : Window{Is_causal ? params.window.left : -1, Is_causal ? 0 : -1};
-
-  // Shared memory: Q, K's buffers, V's buffers (each a whole number of swizzle atoms), the
-  // barriers; O reuses Q's space.
-  Element* smem_q = reinterpret_cast<Element*>(smem);
-  Element* smem_k = smem_q + cosize_v<typename Traits::SmemLayoutQ>;
-  Element* smem_v = smem_k + cosize_v<typename Traits::SmemLayoutKV>;
-  auto& barriers = *reinterpret_cast<FwdWsBarriers<Traits::kStages>*>(smem_v + cosize_v<typename Traits::SmemLayoutKV>);
   Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});    // (kBlockM, kHeadDim)
   Tensor sK = make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});   // (kBlockN, kHeadDim, stage)
   Tensor sVt = make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVt{});  // (kHeadDim, kBlockN, stage)
   Tensor sO = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutO{});    // (kBlockM, kHeadDim)
-  if (threadIdx.x == 0) {
-    barriers.q.init(Traits::kNProducerThreads, kConsumerThreads);
-    barriers.k.init(Traits::kNProducerThreads, kConsumerThreads);
-    barriers.v.init(Traits::kNProducerThreads, kConsumerThreads);
-    cutlass::arch::fence_barrier_init();
-  }
-  __syncthreads();
-
-  if (threadIdx.x < Traits::kNProducerThreads) {
-    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
-    fwd_ws_produce<Traits, Is_causal, Is_even_K>(params, tiles, window, barriers, smem_q, smem_k, smem_v);
-    return;
-  }
-
-  // The consumers.
-  cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
   const int tidx = threadIdx.x - Traits::kNProducerThreads;
   const int consumer = tidx / 128;
   auto sync_consumers = [] { named_barrier_sync(kConsumersBarrier, kConsumerThreads); };
@@ -297,6 +271,48 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     barriers.q.release(q_use);  // this thread is done reading sO: the producer may load the next Q
   }
   if (consumer == 0) take_turn();  // consumer 1's arrive after its last turn
+}
+
+template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, bool Is_softcap>
+__global__ void __launch_bounds__(Traits::kNThreads, 1)
+    flash_fwd_sm90_ws_kernel(__grid_constant__ const FwdParams params) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr bool Has_mods = kVariant != Variant::kPlain;
+  constexpr bool Is_dropout = kVariant == Variant::kDropout;
+  static_assert(Has_mods || !Is_softcap);
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kConsumerThreads = Traits::kNConsumerThreads;
+  extern __shared__ __align__(1024) char smem[];
+  if constexpr (Is_dropout) record_rng_state(params.dropout);
+  const FwdWsTileOrder tiles = FwdWsTileOrder::make(ceil_div(params.seqlen_q, kBlockM), params.batch, params.heads,
+                                                    int64_t(params.seqlen_k) * kHeadDim * 2 * sizeof(Element), Is_causal);
+  const Window window = Has_mods ? params.window : Window{Is_causal ? params.window.left : -1, Is_causal ? 0 : -1};
+
+  // Shared memory: Q, K's buffers, V's buffers (each a whole number of swizzle atoms), the
+  // barriers; O reuses Q's space.
+  Element* smem_q = reinterpret_cast<Element*>(smem);
+  Element* smem_k = smem_q + cosize_v<typename Traits::SmemLayoutQ>;
+  Element* smem_v = smem_k + cosize_v<typename Traits::SmemLayoutKV>;
+  auto& barriers = *reinterpret_cast<FwdWsBarriers<Traits::kStages>*>(smem_v + cosize_v<typename Traits::SmemLayoutKV>);
+  if (threadIdx.x == 0) {
+    barriers.q.init(Traits::kNProducerThreads, kConsumerThreads);
+    barriers.k.init(Traits::kNProducerThreads, kConsumerThreads);
+    barriers.v.init(Traits::kNProducerThreads, kConsumerThreads);
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (threadIdx.x < Traits::kNProducerThreads) {
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+    fwd_ws_produce<Traits, Is_causal, Is_even_K>(params, tiles, window, barriers, smem_q, smem_k, smem_v);
+    return;
+  }
+
+  cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
+  fwd_ws_consume<Traits, Is_causal, Is_even_K, kVariant, Is_softcap>(params, tiles, window, barriers, smem_q, smem_k,
+                                                                     smem_v);
 #else
   __trap();  // built without sm_90a (the dispatcher only picks this kernel on compute capability 9.0)
 #endif
