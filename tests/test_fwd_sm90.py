@@ -236,7 +236,7 @@ def test_warp_specialized_tiles_of_every_size(causal, monkeypatch):
 
 @pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024)], ids=str)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [104, 128, 160, 192])
+@pytest.mark.parametrize("head_dim", [64, 104, 128, 160, 192])
 def test_warp_specialized_dropout_matches_reference(head_dim, causal, seqlens, monkeypatch):
     """Dropout on the warp-specialized kernel: the reference applies the mask the kernel reports,
     forward and backward (test_dropout.py's check), and out_residual is O's rounding error."""
