@@ -54,9 +54,9 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
   if (paged) set_paged_kv(params, *block_table, k, v);
   TORCH_CHECK(!out_residual || dropout_p > 0.0, "flash_attn_cute: out_residual is written by the dropout forward only");
   set_out_residual(params, out_residual, out, p.varlen);
-  const std::optional<at::Tensor> counter = tile_counter(params, p, q);
   // Split-KV where the grid alone would leave SMs idle (few query row blocks, many key blocks).
   const std::vector<at::Tensor> split_buffers = choose_splits(params, p, lse, 0);
+  const std::optional<at::Tensor> counter = tile_counter(params, p, q);
   const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(err == cudaSuccess, "flash_attn_cute: forward kernel launch failed: ", cudaGetErrorString(err));
   return lse.view(rows.lse_sizes);

@@ -159,7 +159,9 @@ std::vector<at::Tensor> choose_splits(FwdParams& params, Problem const& p, at::T
 }
 
 std::optional<at::Tensor> tile_counter(FwdParams& params, Problem const& p, at::Tensor const& q) {
-  if (!params.use_sm90 || !fwd_sm90_warp_specialized(fwd_kernel_head_dim(int(p.head_dim)))) return std::nullopt;
+  // run_fwd_dispatch's test for the Hopper kernels: split-KV calls (decoding) need no counter.
+  const bool ws = fwd_sm90_warp_specialized(fwd_kernel_head_dim(int(p.head_dim)));
+  if (!params.use_sm90 || params.uses_split_kernel() || !ws) return std::nullopt;
   at::Tensor counter = at::empty({1}, q.options().dtype(at::kInt));  // zeroed by the launch
   params.tile_counter = counter.data_ptr<int>();
   return counter;

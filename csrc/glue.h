@@ -111,7 +111,8 @@ FwdRows forward_rows(Problem& p, at::Tensor const& q, at::Tensor const& out, Sco
 // kernel writes when there is more than one split; keep the returned tensors until the launch.
 std::vector<at::Tensor> choose_splits(FwdParams& params, Problem const& p, at::Tensor const& lse, int64_t requested);
 // The warp-specialized Hopper forward's tile counter (FwdParams::tile_counter), where that kernel
-// may run; the tensor must live until the launch.
+// may run (after choose_splits, which decides the split-KV calls); the tensor must live until the
+// launch.
 std::optional<at::Tensor> tile_counter(FwdParams& params, Problem const& p, at::Tensor const& q);
 
 // Decoding one query row with GQA: the query heads that share a KV head become the rows of one
