@@ -35,7 +35,7 @@ inline constexpr int kProducerBarrier = 4;
 
 template <int kStages>
 struct FwdWsBarriers {
-  SmemRing<1> q;  // Q's buffer, which also holds the tile's O in the epilogue
+  SmemRing<1> q;  // Q's buffer (which holds the tile's O in the epilogue where O has none of its own)
   SmemRing<kStages> k;
   SmemRing<kStages> v;
   int q_tile;         // the tile whose Q the buffer holds, -1 when there is none left (set with Q)
@@ -43,11 +43,12 @@ struct FwdWsBarriers {
 };
 static_assert(sizeof(FwdWsBarriers<kFwdSm90WsStages>) <= kFwdSm90WsBarrierBytes);
 
-// The producer: per tile, Q (once the consumers are done with the last tile's Q and O) with
-// the tile's index, then K(n) and V(n) for the key blocks from the top down, the consumers'
-// order. The rings run on across tiles, but a tile's K and V wait behind its Q, which waits for
-// the last tile's epilogue. Tiles past a varlen sequence's end are skipped here; after the last
-// tile, Q's buffer comes with the index -1.
+// The producer: per tile, Q with the tile's index, then K(n) and V(n) for the key blocks from the
+// top down, the consumers' order. The rings run on across tiles, but a tile's K and V wait behind
+// its Q, which waits for the consumers to be done with the last tile's Q: after its last Q K^T
+// where O has shared memory of its own (up to head dim 128), else after its epilogue. Tiles past
+// a varlen sequence's end are skipped here; after the last tile, Q's buffer comes with the index
+// -1.
 template <class Traits, bool Is_causal, bool Is_even_K>
 __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTileOrder const& tiles, Window window,
                                                FwdWsBarriers<Traits::kStages>& barriers,
@@ -129,12 +130,12 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTil
 }
 
 // The consumers: per tile (its index from Q's buffer, -1 for the end), the key blocks in turns with
-// the other consumer, then the epilogue (O through sO, which is Q's buffer, and the LSE).
+// the other consumer, then the epilogue (O through sO, and the LSE).
 template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, bool Is_softcap>
 __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTileOrder const& tiles, Window window,
                                                FwdWsBarriers<Traits::kStages>& barriers,
                                                typename Traits::Element* smem_q, typename Traits::Element* smem_k,
-                                               typename Traits::Element* smem_v) {
+                                               typename Traits::Element* smem_v, typename Traits::Element* smem_o) {
   static_assert(Traits::kConsumers == 2, "the turns (take_turn / pass_turn) are written for two consumers");
   constexpr bool Has_mods = kVariant != Variant::kPlain;
   constexpr bool Is_dropout = kVariant == Variant::kDropout;
@@ -146,7 +147,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
   Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});    // (kBlockM, kHeadDim)
   Tensor sK = make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});   // (kBlockN, kHeadDim, stage)
   Tensor sVt = make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVt{});  // (kHeadDim, kBlockN, stage)
-  Tensor sO = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutO{});    // (kBlockM, kHeadDim)
+  Tensor sO = make_tensor(make_smem_ptr(smem_o), typename Traits::SmemLayoutO{});    // (kBlockM, kHeadDim)
   const int tidx = threadIdx.x - Traits::kNProducerThreads;
   const int consumer = tidx / 128;
   auto sync_consumers = [] { named_barrier_sync(kConsumersBarrier, kConsumerThreads); };
@@ -235,8 +236,12 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       ++i;
     };
 
-    if (range.n_block_max > range.n_block_min) {
+    const bool has_keys = range.n_block_max > range.n_block_min;
+    if (has_keys) {
       fwd_walk(range, cute::bool_constant<Is_softcap>{}, fwd_step);
+      // The tile's Q K^T are done. With O in shared memory of its own, the producer may now load
+      // the next tile's Q, and then its K and V, during the last P V and the epilogue.
+      if constexpr (Traits::kSeparateO) barriers.q.release(q_use);
       // The last turn: P V of the bottom key block.
       barriers.v.wait(i - 1);
       take_turn();
@@ -252,7 +257,9 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
         shift_alibi_lse(lse, tScS, int(m_start), binfo.seqlen_q, binfo.seqlen_k, alibi_slope * params.softmax_scale);
       }
     }
-    // A consumer's rows of sO are its rows of sQ, which only its own (finished) MMAs read.
+    if constexpr (Traits::kSeparateO) {
+      sync_consumers();  // every consumer is done reading the last tile's O from sO
+    }  // else a consumer's rows of sO are its rows of sQ, which only its own (finished) MMAs read
     Tensor gO = gmem_row_tile<kBlockM, kHeadDim>(binfo.q_head<Element>(params.o, bidb, bidh), params.o.row_stride,
                                                  m_start);  // (kBlockM, kHeadDim)
     Tensor gLSE = make_tensor(make_gmem_ptr(params.softmax_lse_ptr + binfo.lse_offset(params, bidb, bidh) + m_start),
@@ -268,7 +275,8 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
             sync_consumers);
       }
     }
-    barriers.q.release(q_use);  // this thread is done reading sO: the producer may load the next Q
+    // This thread is done reading sO (Q's buffer): the producer may load the next Q.
+    if (!Traits::kSeparateO || !has_keys) barriers.q.release(q_use);
   }
   if (consumer == 0) take_turn();  // consumer 1's arrive after its last turn
 }
@@ -290,12 +298,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
                                                     int64_t(params.seqlen_k) * kHeadDim * 2 * sizeof(Element), Is_causal);
   const Window window = Has_mods ? params.window : Window{Is_causal ? params.window.left : -1, Is_causal ? 0 : -1};
 
-  // Shared memory: Q, K's buffers, V's buffers (each a whole number of swizzle atoms), the
-  // barriers; O reuses Q's space.
+  // Shared memory: Q, K's buffers, V's buffers, O where it has its own (each a whole number of
+  // swizzle atoms; else O reuses Q's space), the barriers.
   Element* smem_q = reinterpret_cast<Element*>(smem);
   Element* smem_k = smem_q + cosize_v<typename Traits::SmemLayoutQ>;
   Element* smem_v = smem_k + cosize_v<typename Traits::SmemLayoutKV>;
-  auto& barriers = *reinterpret_cast<FwdWsBarriers<Traits::kStages>*>(smem_v + cosize_v<typename Traits::SmemLayoutKV>);
+  Element* smem_o = Traits::kSeparateO ? smem_v + cosize_v<typename Traits::SmemLayoutKV> : smem_q;
+  char* smem_barriers = reinterpret_cast<char*>(smem_v + cosize_v<typename Traits::SmemLayoutKV>) + Traits::kSmemOBytes;
+  auto& barriers = *reinterpret_cast<FwdWsBarriers<Traits::kStages>*>(smem_barriers);
   if (threadIdx.x == 0) {
     barriers.q.init(Traits::kNProducerThreads, kConsumerThreads);
     barriers.k.init(Traits::kNProducerThreads, kConsumerThreads);
@@ -312,7 +322,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 
   cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
   fwd_ws_consume<Traits, Is_causal, Is_even_K, kVariant, Is_softcap>(params, tiles, window, barriers, smem_q, smem_k,
-                                                                     smem_v);
+                                                                     smem_v, smem_o);
 #else
   __trap();  // built without sm_90a (the dispatcher only picks this kernel on compute capability 9.0)
 #endif

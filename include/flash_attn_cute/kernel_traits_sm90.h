@@ -49,7 +49,8 @@ struct FwdKernelTraitsSm90 {
   // (head_dim, n): V's bytes viewed transposed.
   using SmemLayoutVt = decltype(composition(SmemLayoutKV{},
                                             make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
-  using SmemLayoutO = SmemLayoutQ;  // the output tile reuses Q's shared memory
+  using SmemLayoutO = SmemLayoutQ;  // in shared memory of its own where it fits, else in Q's
+  static constexpr bool kSeparateO = fwd_sm90_ws_separate_o(kTile, kHeadDim);
   using SmemCopyAtomO = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
 
   static constexpr int kSmemQBytes = cosize_v<SmemLayoutQ> * sizeof(Element);
@@ -107,12 +108,14 @@ struct FwdKernelTraitsSm90Ws {
   // (head_dim, kBlockN, stage): V's bytes viewed transposed.
   using SmemLayoutVt = decltype(composition(
       SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
-  using SmemLayoutO = SmemLayoutQ;  // the output tile reuses Q's shared memory
+  using SmemLayoutO = SmemLayoutQ;  // in shared memory of its own where it fits, else in Q's
+  static constexpr bool kSeparateO = fwd_sm90_ws_separate_o(kTile, kHeadDim);
   using SmemCopyAtomO = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
 
   static constexpr int kSmemQBytes = cosize_v<SmemLayoutQ> * sizeof(Element);
   static constexpr int kSmemKVBytes = cosize_v<SmemLayoutKV> * sizeof(Element);  // every stage
-  static constexpr int kSmemBytes = kSmemQBytes + 2 * kSmemKVBytes + kFwdSm90WsBarrierBytes;
+  static constexpr int kSmemOBytes = kSeparateO ? kSmemQBytes : 0;
+  static constexpr int kSmemBytes = kSmemQBytes + 2 * kSmemKVBytes + kSmemOBytes + kFwdSm90WsBarrierBytes;
   static_assert(kSmemBytes == fwd_sm90_ws_smem_bytes(kTile, kHeadDim));
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
   static_assert(kSmemQBytes % 1024 == 0 && kSmemKVBytes % (1024 * kStages) == 0, "swizzle atoms start 1024-byte aligned");

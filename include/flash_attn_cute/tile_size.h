@@ -116,9 +116,18 @@ constexpr bool fwd_sm90_ws_pays(int kernel_head_dim, int seqlen_q, int seqlen_k,
 inline constexpr int kFwdSm90WsStages = 2;
 inline constexpr int kFwdSm90WsBarrierBytes = 128;  // the rings' and Q's mbarriers
 
-// Its shared memory: Q, the K and V rings (16-bit elements), the barriers.
+// Whether the output tile gets shared memory of its own (else it reuses Q's): up to head dim 128,
+// where it fits. Then the producer may load the next tile's Q, and its K and V, while the consumers
+// still run the last P V and the epilogue.
+constexpr bool fwd_sm90_ws_separate_o(FwdTileShape tile, int kernel_head_dim) {
+  return (2 * tile.block_m + 2 * kFwdSm90WsStages * tile.block_n) * kernel_head_dim * 2 + kFwdSm90WsBarrierBytes <=
+         227 * 1024;
+}
+
+// Its shared memory: Q, the K and V rings, O where it has its own (16-bit elements), the barriers.
 constexpr int fwd_sm90_ws_smem_bytes(FwdTileShape tile, int kernel_head_dim) {
-  return (tile.block_m + 2 * kFwdSm90WsStages * tile.block_n) * kernel_head_dim * 2 + kFwdSm90WsBarrierBytes;
+  const int o_rows = fwd_sm90_ws_separate_o(tile, kernel_head_dim) ? tile.block_m : 0;
+  return (tile.block_m + 2 * kFwdSm90WsStages * tile.block_n + o_rows) * kernel_head_dim * 2 + kFwdSm90WsBarrierBytes;
 }
 
 // Shared memory of a forward CTA: Q, one K and one V tile (16-bit elements).

@@ -155,7 +155,12 @@ void test_tile_table() {
   CHECK(fwd_sm90_ws_pays(64, 2048, 2048, -1, 0) && fwd_sm90_ws_pays(64, 1024, 1024, -1, -1) &&
             !fwd_sm90_ws_pays(64, 1024, 1024, -1, 0) && !fwd_sm90_ws_pays(32, 16384, 16384, -1, -1),
         "the warp-specialized kernel at head dim 64 where rows see 1024 keys or more");
-  CHECK_EQ(fwd_sm90_ws_smem_bytes(fwd_sm90_ws_tile_shape(128), 128), 163968, "sm90 ws smem at hdim 128");
+  CHECK_EQ(fwd_sm90_ws_smem_bytes(fwd_sm90_ws_tile_shape(128), 128), 196736, "sm90 ws smem at hdim 128 (with O's)");
+  CHECK_EQ(fwd_sm90_ws_smem_bytes(fwd_sm90_ws_tile_shape(256), 256), 196736, "sm90 ws smem at hdim 256 (O in Q's)");
+  CHECK(fwd_sm90_ws_separate_o(fwd_sm90_ws_tile_shape(64), 64) && fwd_sm90_ws_separate_o(fwd_sm90_ws_tile_shape(128), 128) &&
+            !fwd_sm90_ws_separate_o(fwd_sm90_ws_tile_shape(192), 192) &&
+            !fwd_sm90_ws_separate_o(fwd_sm90_ws_tile_shape(256), 256),
+        "the output tile has shared memory of its own up to head dim 128");
   CHECK_EQ(fwd_smem_bytes(fwd_split_tile_shape(128), 128), 20480, "split tile smem at hdim 128");
 
   // Every supported head dim maps to the smallest kernel head dim >= it (found independently).
