@@ -168,11 +168,8 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
     load_kv(tVgV, tVsV, v_ptr, params.v, n_block, is_masked);
     cp_async_fence();
     gemm_ss(tiled_mma, tSrS, tSrQ, tSrK, tSsQ, tSsK, smem_tiled_copy_Q, smem_tiled_copy_K, tidx);
-    if constexpr (kSoftcap) {
-      apply_softcap(tSrS, params.softcap);
-      apply_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, false, alibi_slope);
-    }
-    if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScS, int(m_start), n_block * kBlockN);
+    fwd_score_mods<kSoftcap, decltype(is_masked)::value>(tSrS, tScS, int(m_start), n_block * kBlockN, mask,
+                                                          params.softcap, alibi_slope);
     cp_async_wait<0>();
     barrier();  // V(n_block) has landed; every warp is done reading K(n_block) and Q
     if (n_block > range.n_block_min) {
@@ -180,12 +177,7 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
       cp_async_fence();
     }
     Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
-    constexpr bool kCheckInf = decltype(is_masked)::value;
-    if (is_first) {
-      softmax.template softmax_rescale_o<true, kCheckInf>(tSrS_rc, tOrO_rc, params.softmax_scale_log2);
-    } else {
-      softmax.template softmax_rescale_o<false, kCheckInf>(tSrS_rc, tOrO_rc, params.softmax_scale_log2);
-    }
+    softmax.template rescale_o<decltype(is_masked)::value>(is_first, tSrS_rc, tOrO_rc, params.softmax_scale_log2);
     Tensor rP = convert_type<Element>(tSrS);
     if constexpr (Is_dropout) zero_dropped(rP, dropout_rng, tScS, bh, int(m_start), n_block * kBlockN);
     Tensor tOrP = make_tensor(rP.data(), acc_layout_as_A(rP.layout()));  // (MMA, MMA_M, MMA_K)

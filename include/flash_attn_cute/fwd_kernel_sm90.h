@@ -137,23 +137,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
     load_kv(tVgV, tVsV, n_block, is_masked);
     cp_async_fence();
     wgmma_gemm<!kBiasFirst>(tiled_mma_s, tSrQ, tSrK, tSrS);
-    if constexpr (kSoftcap) {
-      apply_softcap(tSrS, params.softcap);
-      apply_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, false, alibi_slope);
-    }
-    if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScS, int(m_start), n_block * kBlockN);
+    fwd_score_mods<kSoftcap, decltype(is_masked)::value>(tSrS, tScS, int(m_start), n_block * kBlockN, mask,
+                                                          params.softcap, alibi_slope);
     wait_copies_and_sync();  // V(n_block) has landed; Q K^T is done with K's buffer
     if (n_block > range.n_block_min) {
       load_kv(tKgK, tKsK, n_block - 1, cute::false_type{});
       cp_async_fence();
     }
     Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
-    constexpr bool kCheckInf = decltype(is_masked)::value;
-    if (is_first) {
-      softmax.template softmax_rescale_o<true, kCheckInf>(tSrS_rc, tOrO_rc, params.softmax_scale_log2);
-    } else {
-      softmax.template softmax_rescale_o<false, kCheckInf>(tSrS_rc, tOrO_rc, params.softmax_scale_log2);
-    }
+    softmax.template rescale_o<decltype(is_masked)::value>(is_first, tSrS_rc, tOrO_rc, params.softmax_scale_log2);
     Tensor rP = convert_type<Element>(tSrS);                              // (MMA, MMA_M, MMA_N)
     if constexpr (Is_dropout) {
       Tensor rP_blocks = make_tensor(rP.data(), acc_layout_mma_blocks(rP.layout()));  // ((2, 2), MMA_M, N / 8)

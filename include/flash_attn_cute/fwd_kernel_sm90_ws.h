@@ -214,18 +214,10 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       warpgroup_mma_done(tSrS, tOrO, tOrP);
       barriers.k.release(i);
       if (!is_first) barriers.v.release(i - 1);
-      if constexpr (kSoftcap) {
-        apply_softcap(tSrS, params.softcap);
-        apply_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, false, alibi_slope);
-      }
-      if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScS, int(m_start), n_block * kBlockN);
+      fwd_score_mods<kSoftcap, decltype(is_masked)::value>(tSrS, tScS, int(m_start), n_block * kBlockN, mask,
+                                                            params.softcap, alibi_slope);
       Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
-      constexpr bool kCheckInf = decltype(is_masked)::value;
-      if (is_first) {
-        softmax.template softmax_rescale_o<true, kCheckInf>(tSrS_rc, tOrO_rc, params.softmax_scale_log2);
-      } else {
-        softmax.template softmax_rescale_o<false, kCheckInf>(tSrS_rc, tOrO_rc, params.softmax_scale_log2);
-      }
+      softmax.template rescale_o<decltype(is_masked)::value>(is_first, tSrS_rc, tOrO_rc, params.softmax_scale_log2);
       Tensor rP = convert_type<Element>(tSrS);  // (MMA, MMA_M, MMA_N)
       if constexpr (Is_dropout) {
         Tensor rP_blocks = make_tensor(rP.data(), acc_layout_mma_blocks(rP.layout()));  // ((2, 2), MMA_M, N / 8)

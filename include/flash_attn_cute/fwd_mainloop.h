@@ -5,8 +5,22 @@
 #include <cute/tensor.hpp>
 
 #include "block_info.h"
+#include "mask.h"
 
 namespace flash_attn_cute {
+
+// The score transforms that follow Q K^T in a forward step on the tile whose first row / key are
+// row0 / col0: with softcap, its tanh and then the ALiBi bias (a slope of 0 without slopes; without
+// softcap the bias was S's initial value); then, in a masked step, the mask.
+template <bool kSoftcap, bool kMasked, class TensorS, class TensorC>
+__device__ __forceinline__ void fwd_score_mods(TensorS& tSrS, TensorC const& tScS, int row0, int col0,
+                                               FwdMask const& mask, float softcap, float alibi_slope) {
+  if constexpr (kSoftcap) {
+    apply_softcap(tSrS, softcap);
+    apply_alibi(tSrS, tScS, row0, col0, mask.seqlen_q, mask.seqlen_k, false, alibi_slope);
+  }
+  if constexpr (kMasked) mask.apply(tSrS, tScS, row0, col0);
+}
 
 // Calls step(n_block, is_masked, is_first, with_softcap) for range's key blocks from the top down;
 // is_masked and with_softcap (passed through) are cute::true_type / false_type. The first step

@@ -83,6 +83,16 @@ struct Softmax {
     }
   }
 
+  // softmax_rescale_o for a step function's run-time is_first (the first key block's step).
+  template <bool Check_inf, class TensorS, class TensorO>
+  __device__ __forceinline__ void rescale_o(bool is_first, TensorS& tSrS_rc, TensorO& tOrO_rc, float scale_log2) {
+    if (is_first) {
+      softmax_rescale_o<true, Check_inf>(tSrS_rc, tOrO_rc, scale_log2);
+    } else {
+      softmax_rescale_o<false, Check_inf>(tSrS_rc, tOrO_rc, scale_log2);
+    }
+  }
+
   // Whether some row of the warp's tile exceeds its offset by more than kRescaleLog2 (false for
   // -inf tiles); the caller takes the tile's max again if so, rather than keep it in registers.
   template <class TensorS>
