@@ -295,9 +295,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   Element* smem_q = reinterpret_cast<Element*>(smem);
   Element* smem_k = smem_q + cosize_v<typename Traits::SmemLayoutQ>;
   Element* smem_v = smem_k + cosize_v<typename Traits::SmemLayoutKV>;
-  Element* smem_o = Traits::kSeparateO ? smem_v + cosize_v<typename Traits::SmemLayoutKV> : smem_q;
-  char* smem_barriers = reinterpret_cast<char*>(smem_v + cosize_v<typename Traits::SmemLayoutKV>) + Traits::kSmemOBytes;
-  auto& barriers = *reinterpret_cast<FwdWsBarriers<Traits::kStages>*>(smem_barriers);
+  Element* smem_past_v = smem_v + cosize_v<typename Traits::SmemLayoutKV>;
+  Element* smem_o = Traits::kSeparateO ? smem_past_v : smem_q;
+  auto& barriers = *reinterpret_cast<FwdWsBarriers<Traits::kStages>*>(reinterpret_cast<char*>(smem_past_v) +
+                                                                     Traits::kSmemOBytes);
   if (threadIdx.x == 0) {
     barriers.q.init(Traits::kNProducerThreads, kConsumerThreads);
     barriers.k.init(Traits::kNProducerThreads, kConsumerThreads);

@@ -49,8 +49,7 @@ struct FwdKernelTraitsSm90 {
   // (head_dim, n): V's bytes viewed transposed.
   using SmemLayoutVt = decltype(composition(SmemLayoutKV{},
                                             make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
-  using SmemLayoutO = SmemLayoutQ;  // in shared memory of its own where it fits, else in Q's
-  static constexpr bool kSeparateO = fwd_sm90_ws_separate_o(kTile, kHeadDim);
+  using SmemLayoutO = SmemLayoutQ;  // the output tile reuses Q's shared memory
   using SmemCopyAtomO = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
 
   static constexpr int kSmemQBytes = cosize_v<SmemLayoutQ> * sizeof(Element);
