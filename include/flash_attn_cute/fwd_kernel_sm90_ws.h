@@ -8,6 +8,7 @@
 // tensor cores busy. Every variant of fwd_kernel.h (plain, score mods, dropout).
 #pragma once
 
+#include <cute/atom/copy_traits_sm90_tma.hpp>
 #include <cute/tensor.hpp>
 #include <cutlass/arch/reg_reconfig.h>
 
@@ -43,6 +44,50 @@ struct FwdWsBarriers {
 };
 static_assert(sizeof(FwdWsBarriers<kFwdSm90WsStages>) <= kFwdSm90WsBarrierBytes);
 
+// The TMA loads of Q, K and V (fwd_ws_tma_fits says where they can run), with their descriptors,
+// built by the launch: each tensor as (rows, head_dim, heads, batch), the real head_dim, so columns
+// and rows past the tensor's end land as zeros, as cp.async's zero fill leaves them.
+template <class Traits>
+struct FwdWsTma {
+  using Element = typename Traits::Element;
+  static auto gmem(TensorView const& view, int rows, int head_dim, int heads, int batch) {
+    return make_tensor(make_gmem_ptr(static_cast<Element const*>(view.ptr)), make_shape(rows, head_dim, heads, batch),
+                       make_stride(view.row_stride, _1{}, view.head_stride, view.batch_stride));
+  }
+  using TileQ = Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>;
+  using TileKV = Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>;
+  using CopyQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem(TensorView{}, 1, 1, 1, 1), typename Traits::SmemLayoutQ{},
+                                       TileQ{}, _1{}));
+  using CopyKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem(TensorView{}, 1, 1, 1, 1),
+                                        typename Traits::SmemLayoutKVStage{}, TileKV{}, _1{}));
+  CopyQ q;
+  CopyKV k, v;
+
+  static FwdWsTma make(FwdParams const& p) {
+    return {make_tma_copy(SM90_TMA_LOAD{}, gmem(p.q, p.seqlen_q, p.head_dim, p.heads, p.batch),
+                          typename Traits::SmemLayoutQ{}, TileQ{}, _1{}),
+            make_tma_copy(SM90_TMA_LOAD{}, gmem(p.k, p.seqlen_k, p.head_dim, p.heads_k, p.kv_batch),
+                          typename Traits::SmemLayoutKVStage{}, TileKV{}, _1{}),
+            make_tma_copy(SM90_TMA_LOAD{}, gmem(p.v, p.seqlen_k, p.head_dim, p.heads_k, p.kv_batch),
+                          typename Traits::SmemLayoutKVStage{}, TileKV{}, _1{})};
+  }
+  static constexpr uint32_t kBytesQ = Traits::kBlockM * Traits::kHeadDim * sizeof(Element);
+  static constexpr uint32_t kBytesKV = Traits::kBlockN * Traits::kHeadDim * sizeof(Element);
+};
+
+// Whether the TMA loads can run: fixed-length batches reading their own batch entry whole (no
+// varlen, seqused_k, leftpad, kv_batch_idx or page table), 16-byte aligned bases and strides.
+inline bool fwd_ws_tma_fits(FwdParams const& p) {
+  if (p.cu_seqlens_q || p.cu_seqlens_k || p.seqused_k || p.leftpad_k || p.kv_batch_idx || p.block_table) return false;
+  for (const TensorView* v : {&p.q, &p.k, &p.v}) {
+    if (reinterpret_cast<uintptr_t>(v->ptr) % 16 != 0) return false;
+    for (index_t stride : {v->row_stride, v->head_stride, v->batch_stride}) {
+      if (stride <= 0 || stride * 2 % 16 != 0 || stride * 2 >= (index_t(1) << 40)) return false;
+    }
+  }
+  return true;
+}
+
 // The producer: per tile, Q with the tile's index, then K(n) and V(n) for the key blocks from the
 // top down, the consumers' order. The rings run on across tiles, but a tile's K and V wait behind
 // its Q, which waits for the consumers to be done with the last tile's Q: after its last Q K^T
@@ -50,7 +95,8 @@ static_assert(sizeof(FwdWsBarriers<kFwdSm90WsStages>) <= kFwdSm90WsBarrierBytes)
 // a varlen sequence's end are skipped here; after the last tile, Q's buffer comes with the index
 // -1.
 template <class Traits, bool Is_causal, bool Is_even_K>
-__device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTileOrder const& tiles, Window window,
+__device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma<Traits> const& tma,
+                                               FwdWsTileOrder const& tiles, Window window,
                                                FwdWsBarriers<Traits::kStages>& barriers,
                                                typename Traits::Element* smem_q, typename Traits::Element* smem_k,
                                                typename Traits::Element* smem_v) {
@@ -85,13 +131,27 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTil
     const index_t m_start = index_t(tile.m_block) * kBlockM;
     barriers.q.acquire(q_use);
     if (tidx == 0) barriers.q_tile = t;  // published by this thread's arrive on the buffer's barrier
-    if (range.n_block_max > range.n_block_min) {
+    if (params.ws_tma) {  // thread 0 alone loads and commits
+      if (tidx == 0) {
+        if (range.n_block_max > range.n_block_min) {
+          barriers.q.commit_tma(q_use, FwdWsTma<Traits>::kBytesQ);
+          Tensor mQ = tma.q.get_tma_tensor(make_shape(params.seqlen_q, params.head_dim, params.heads, params.batch));
+          Tensor gQ = local_tile(mQ(_, _, tile.bidh, tile.bidb), typename FwdWsTma<Traits>::TileQ{},
+                                 make_coord(tile.m_block, _0{}));  // (kBlockM, kHeadDim)
+          auto cta_tma = tma.q.get_slice(_0{});
+          copy(tma.q.with(barriers.q.full_barrier(q_use)), cta_tma.partition_S(gQ), cta_tma.partition_D(sQ));
+        } else {
+          barriers.q.commit_tma(q_use, 0);
+        }
+      }
+      ++q_use;
+    } else if (range.n_block_max > range.n_block_min) {
       Tensor gQ = gmem_row_tile<kBlockM, kHeadDim>(binfo.q_head<Element>(params.q, tile.bidb, tile.bidh),
                                                    params.q.row_stride, m_start);  // (kBlockM, kHeadDim)
       copy_or_zfill<true, !Is_even_K>(gmem_tiled_copy, gmem_thr_copy.partition_S(gQ), tQsQ, tQcQ,
                                      binfo.seqlen_q - int(m_start), params.head_dim);
     }
-    barriers.q.commit(q_use++);
+    if (!params.ws_tma) barriers.q.commit(q_use++);
     const int bidh_kv = tile.bidh / (params.heads / params.heads_k);
     auto key_blocks = [&](TensorView const& view) {  // (CPY, CPY_N, CPY_K, n)
       return gmem_thr_copy.partition_S(gmem_row_tiles<kBlockN, kHeadDim>(
@@ -117,15 +177,38 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTil
       }
       ring.commit(i);
     };
+    // By TMA: thread 0 commits the buffer's bytes, then issues the copy.
+    auto load_tma = [&](SmemRing<Traits::kStages>& ring, Element* smem_ring, auto const& tma_kv, int n_block) {
+      ring.acquire(i);
+      if (tidx == 0) {
+        ring.commit_tma(i, FwdWsTma<Traits>::kBytesKV);
+        Tensor mKV = tma_kv.get_tma_tensor(make_shape(params.seqlen_k, params.head_dim, params.heads_k, params.kv_batch));
+        Tensor gKV = local_tile(mKV(_, _, bidh_kv, tile.bidb), typename FwdWsTma<Traits>::TileKV{},
+                                make_coord(n_block, _0{}));  // (kBlockN, kHeadDim)
+        Tensor sKV = make_tensor(make_smem_ptr(smem_ring + ring.stage(i) * cosize_v<typename Traits::SmemLayoutKVStage>),
+                                 typename Traits::SmemLayoutKVStage{});  // (kBlockN, kHeadDim)
+        auto cta_tma = tma_kv.get_slice(_0{});
+        copy(tma_kv.with(ring.full_barrier(i)), cta_tma.partition_S(gKV), cta_tma.partition_D(sKV));
+      }
+    };
     for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block, ++i) {
-      const bool top = n_block == range.n_block_max - 1;
-      load(barriers.k, smem_k, tKgK, n_block, top);
-      load(barriers.v, smem_v, tVgV, n_block, top);
+      if (params.ws_tma) {
+        load_tma(barriers.k, smem_k, tma.k, n_block);
+        load_tma(barriers.v, smem_v, tma.v, n_block);
+      } else {
+        const bool top = n_block == range.n_block_max - 1;
+        load(barriers.k, smem_k, tKgK, n_block, top);
+        load(barriers.v, smem_v, tVgV, n_block, top);
+      }
     }
   }
   barriers.q.acquire(q_use);
   if (tidx == 0) barriers.q_tile = -1;
-  barriers.q.commit(q_use);
+  if (!params.ws_tma) {
+    barriers.q.commit(q_use);
+  } else if (tidx == 0) {
+    barriers.q.commit_tma(q_use, 0);
+  }
   cp_async_wait<0>();  // no thread leaves with copies in flight
 }
 
@@ -275,7 +358,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
 
 template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, bool Is_softcap>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
-    flash_fwd_sm90_ws_kernel(__grid_constant__ const FwdParams params) {
+    flash_fwd_sm90_ws_kernel(__grid_constant__ const FwdParams params, __grid_constant__ const FwdWsTma<Traits> tma) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool Has_mods = kVariant != Variant::kPlain;
   constexpr bool Is_dropout = kVariant == Variant::kDropout;
@@ -300,16 +383,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   auto& barriers = *reinterpret_cast<FwdWsBarriers<Traits::kStages>*>(reinterpret_cast<char*>(smem_past_v) +
                                                                      Traits::kSmemOBytes);
   if (threadIdx.x == 0) {
-    barriers.q.init(Traits::kNProducerThreads, kConsumerThreads);
-    barriers.k.init(Traits::kNProducerThreads, kConsumerThreads);
-    barriers.v.init(Traits::kNProducerThreads, kConsumerThreads);
+    const int producers = params.ws_tma ? 1 : Traits::kNProducerThreads;  // the arrivals that fill a buffer
+    barriers.q.init(producers, kConsumerThreads);
+    barriers.k.init(producers, kConsumerThreads);
+    barriers.v.init(producers, kConsumerThreads);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
 
   if (threadIdx.x < Traits::kNProducerThreads) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
-    fwd_ws_produce<Traits, Is_causal, Is_even_K>(params, tiles, window, barriers, smem_q, smem_k, smem_v);
+    fwd_ws_produce<Traits, Is_causal, Is_even_K>(params, tma, tiles, window, barriers, smem_q, smem_k, smem_v);
     return;
   }
 
@@ -334,7 +418,11 @@ cudaError_t launch_fwd_sm90_ws_kernel(FwdParams const& params, cudaStream_t stre
   if (params.tile_counter == nullptr || n_tiles > INT32_MAX - grid) return cudaErrorInvalidValue;
   const cudaError_t zeroed = cudaMemsetAsync(params.tile_counter, 0, sizeof(int), stream);
   if (zeroed != cudaSuccess) return zeroed;
-  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(params);
+  FwdParams p = params;
+  FwdWsTma<Traits> tma{};
+  p.ws_tma = fwd_ws_tma_fits(params);
+  if (p.ws_tma) tma = FwdWsTma<Traits>::make(params);
+  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p, tma);
   return cudaPeekAtLastError();
 }
 

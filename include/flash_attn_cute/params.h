@@ -138,6 +138,8 @@ struct FwdParams {
   // Among those, the warp-specialized kernel (fwd_kernel_sm90_ws.h): -1 where it pays
   // (fwd_sm90_ws_pays), 0 never, 1 wherever it is built (FLASH_ATTN_CUTE_SM90_WS, for A / B and tests).
   int sm90_ws = -1;
+  // Set by its launch: the warp-specialized kernel loads Q, K and V by TMA (fwd_ws_tma_fits).
+  bool ws_tma = false;
   // The warp-specialized kernel's tile counter (one int, zeroed by its launch): CTAs take their
   // next tile from it (fwd_kernel_sm90_ws.h). The caller gives it wherever that kernel may run.
   int* tile_counter = nullptr;

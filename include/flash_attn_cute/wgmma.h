@@ -102,6 +102,11 @@ struct SmemRing {
     cutlass::arch::cpasync_barrier_arrive(&full[stage(i)]);  // completes when this thread's copies land
     cutlass::arch::ClusterBarrier::arrive(&full[stage(i)]);
   }
+  // A TMA producer's commit (one thread): the buffer is full once `bytes` have landed.
+  __device__ void commit_tma(int i, uint32_t bytes) {
+    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[stage(i)], bytes);
+  }
+  __device__ uint64_t& full_barrier(int i) { return full[stage(i)]; }
   // The copies are ordinary shared-memory writes and the MMAs read through the async proxy.
   __device__ void wait(int i) {
     cutlass::arch::ClusterBarrier::wait(&full[stage(i)], phase(i));
