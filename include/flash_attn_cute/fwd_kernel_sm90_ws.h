@@ -350,7 +350,9 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
             sync_consumers);
       }
     }
-    // This thread is done reading sO (Q's buffer): the producer may load the next Q.
+    // This thread is done reading sO (Q's buffer): the producer may load the next Q. Where O is
+    // in Q's buffer, its ordinary stores come before the next Q's TMA writes (the async proxy).
+    if constexpr (!Traits::kSeparateO) cutlass::arch::fence_view_async_shared();
     if (!Traits::kSeparateO || !has_keys) barriers.q.release(q_use);
   }
   if (consumer == 0) take_turn();  // consumer 1's arrive after its last turn
