@@ -8,8 +8,8 @@
 // tensor cores busy. Every variant of fwd_kernel.h (plain, score mods, dropout).
 #pragma once
 
-#include <cute/atom/copy_traits_sm90_tma.hpp>
 #include <cute/tensor.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>  // after cute/tensor.hpp, which it needs
 #include <cutlass/arch/reg_reconfig.h>
 
 #include "block_info.h"
