@@ -11,6 +11,9 @@
 #include <cute/tensor.hpp>
 #include <cute/atom/copy_traits_sm90_tma.hpp>  // after cute/tensor.hpp, which it needs
 #include <cutlass/arch/reg_reconfig.h>
+#include <cuda.h>
+
+#include <cstdio>
 
 #include "block_info.h"
 #include "dropout.h"
@@ -62,6 +65,43 @@ struct FwdWsTma {
                                         typename Traits::SmemLayoutKVStage{}, TileKV{}, _1{}));
   CopyQ q;
   CopyKV k, v;
+
+  // Whether the driver encodes Q's descriptor as CuTe will (a check before CuTe's own call, which
+  // cannot fail quietly): the driver's entry point, then the encode, each reported once on failure.
+  static bool driver_encodes(FwdParams const& p) {
+    void* encode = nullptr;
+    cudaDriverEntryPointQueryResult status;
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &encode, 12000,
+                                                             cudaEnableDefault, &status);
+    if (err != cudaSuccess || status != cudaDriverEntryPointSuccess || encode == nullptr) {
+      std::fprintf(stderr, "flash_attn_cute: no cuTensorMapEncodeTiled (error %d, status %d): cp.async loads\n",
+                   int(err), int(status));
+      return false;
+    }
+    constexpr int kBoxCols = Traits::kHeadDim % 64 == 0 ? 64 : 32;
+    CUtensorMap map;
+    cuuint64_t dims[4] = {cuuint64_t(p.head_dim), cuuint64_t(p.seqlen_q), cuuint64_t(p.heads), cuuint64_t(p.batch)};
+    cuuint64_t strides[3] = {cuuint64_t(p.q.row_stride) * 2, cuuint64_t(p.q.head_stride) * 2,
+                             cuuint64_t(p.q.batch_stride) * 2};
+    cuuint32_t box[4] = {kBoxCols, Traits::kBlockM, 1, 1}, elem_strides[4] = {1, 1, 1, 1};
+    using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                     const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                     CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+    const CUresult r = reinterpret_cast<EncodeTiled>(encode)(
+        &map, std::is_same_v<Element, cutlass::half_t> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        4, p.q.ptr, dims, strides, box, elem_strides,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, kBoxCols == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+      std::fprintf(stderr, "flash_attn_cute: cuTensorMapEncodeTiled failed (%d) for dims %llu %llu %llu %llu, "
+                   "strides %llu %llu %llu, base %p: cp.async loads\n", int(r), (unsigned long long)dims[0],
+                   (unsigned long long)dims[1], (unsigned long long)dims[2], (unsigned long long)dims[3],
+                   (unsigned long long)strides[0], (unsigned long long)strides[1], (unsigned long long)strides[2],
+                   p.q.ptr);
+      return false;
+    }
+    return true;
+  }
 
   static FwdWsTma make(FwdParams const& p) {
     return {make_tma_copy(SM90_TMA_LOAD{}, gmem(p.q, p.seqlen_q, p.head_dim, p.heads, p.batch),
@@ -422,7 +462,7 @@ cudaError_t launch_fwd_sm90_ws_kernel(FwdParams const& params, cudaStream_t stre
   if (zeroed != cudaSuccess) return zeroed;
   FwdParams p = params;
   FwdWsTma<Traits> tma{};
-  p.ws_tma = fwd_ws_tma_fits(params);
+  p.ws_tma = fwd_ws_tma_fits(params) && FwdWsTma<Traits>::driver_encodes(params);
   if (p.ws_tma) tma = FwdWsTma<Traits>::make(params);
   kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p, tma);
   return cudaPeekAtLastError();
