@@ -104,11 +104,12 @@ struct FwdWsTma {
   }
 
   static FwdWsTma make(FwdParams const& p) {
+    const int kv_batch = p.kv_batch > 0 ? p.kv_batch : p.batch;  // the glue sets kv_batch for caches only
     return {make_tma_copy(SM90_TMA_LOAD{}, gmem(p.q, p.seqlen_q, p.head_dim, p.heads, p.batch),
                           typename Traits::SmemLayoutQ{}, TileQ{}, _1{}),
-            make_tma_copy(SM90_TMA_LOAD{}, gmem(p.k, p.seqlen_k, p.head_dim, p.heads_k, p.kv_batch),
+            make_tma_copy(SM90_TMA_LOAD{}, gmem(p.k, p.seqlen_k, p.head_dim, p.heads_k, kv_batch),
                           typename Traits::SmemLayoutKVStage{}, TileKV{}, _1{}),
-            make_tma_copy(SM90_TMA_LOAD{}, gmem(p.v, p.seqlen_k, p.head_dim, p.heads_k, p.kv_batch),
+            make_tma_copy(SM90_TMA_LOAD{}, gmem(p.v, p.seqlen_k, p.head_dim, p.heads_k, kv_batch),
                           typename Traits::SmemLayoutKVStage{}, TileKV{}, _1{})};
   }
   static constexpr uint32_t kBytesQ = Traits::kBlockM * Traits::kHeadDim * sizeof(Element);
@@ -222,7 +223,8 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
       ring.acquire(i);
       if (tidx == 0) {
         ring.commit_tma(i, FwdWsTma<Traits>::kBytesKV);
-        Tensor mKV = tma_kv.get_tma_tensor(make_shape(params.seqlen_k, params.head_dim, params.heads_k, params.kv_batch));
+        Tensor mKV = tma_kv.get_tma_tensor(make_shape(params.seqlen_k, params.head_dim, params.heads_k,
+                                                      params.kv_batch > 0 ? params.kv_batch : params.batch));
         Tensor gKV = local_tile(mKV(_, _, bidh_kv, tile.bidb), typename FwdWsTma<Traits>::TileKV{},
                                 make_coord(n_block, _0{}));  // (kBlockN, kHeadDim)
         Tensor sKV = make_tensor(make_smem_ptr(smem_ring + ring.stage(i) * cosize_v<typename Traits::SmemLayoutKVStage>),
