@@ -1,24 +1,21 @@
 // The warp-specialized Hopper forward (sm_90a), head dims from 64 on (tile_size.h): one persistent
 // CTA per SM of three warpgroups, taking its tiles from a counter (tile_order.h). Warpgroup 0, the
-// producer, loads Q and streams K and V through rings of shared-memory buffers (SmemRing, wgmma.h)
-// with cp.async, as the other kernels' copies (so varlen, GQA, strides and head dims below the
-// kernel's need nothing new). Warpgroups 1 and 2, the consumers, own 64 query rows each and take
+// producer, loads Q and streams K and V through rings of shared-memory buffers (SmemRing, wgmma.h):
+// by TMA where the tensors allow it (fwd_ws_tma.h), else with cp.async as the other kernels' copies
+// (varlen, seqused_k, paged caches, unaligned strides). Warpgroups 1 and 2, the consumers, own 64 query rows each and take
 // turns at the tensor cores (ping-pong): in its turn a consumer issues P V of the previous key
 // block and Q K^T of the next, then runs the softmax while the other consumer's turn keeps the
 // tensor cores busy. Every variant of fwd_kernel.h (plain, score mods, dropout).
 #pragma once
 
 #include <cute/tensor.hpp>
-#include <cute/atom/copy_traits_sm90_tma.hpp>  // after cute/tensor.hpp, which it needs
 #include <cutlass/arch/reg_reconfig.h>
-#include <cuda.h>
-
-#include <cstdio>
 
 #include "block_info.h"
 #include "dropout.h"
 #include "fwd_epilogue.h"
 #include "fwd_mainloop.h"
+#include "fwd_ws_tma.h"
 #include "kernel_traits_sm90.h"
 #include "launch.h"
 #include "mask.h"
@@ -46,88 +43,6 @@ struct FwdWsBarriers {
   int next_tile[2];   // the producer's tiles fetched from the counter, alternately
 };
 static_assert(sizeof(FwdWsBarriers<kFwdSm90WsStages>) <= kFwdSm90WsBarrierBytes);
-
-// The TMA loads of Q, K and V (fwd_ws_tma_fits says where they can run), with their descriptors,
-// built by the launch: each tensor as (rows, head_dim, heads, batch), the real head_dim, so columns
-// and rows past the tensor's end land as zeros, as cp.async's zero fill leaves them.
-template <class Traits>
-struct FwdWsTma {
-  using Element = typename Traits::Element;
-  static auto gmem(TensorView const& view, int rows, int head_dim, int heads, int batch) {
-    return make_tensor(make_gmem_ptr(static_cast<Element const*>(view.ptr)), make_shape(rows, head_dim, heads, batch),
-                       make_stride(view.row_stride, _1{}, view.head_stride, view.batch_stride));
-  }
-  using TileQ = Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>;
-  using TileKV = Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>;
-  using CopyQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem(TensorView{}, 1, 1, 1, 1), typename Traits::SmemLayoutQ{},
-                                       TileQ{}, _1{}));
-  using CopyKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem(TensorView{}, 1, 1, 1, 1),
-                                        typename Traits::SmemLayoutKVStage{}, TileKV{}, _1{}));
-  CopyQ q;
-  CopyKV k, v;
-
-  // Whether the driver encodes Q's descriptor as CuTe will (a check before CuTe's own call, which
-  // cannot fail quietly): the driver's entry point, then the encode, each reported once on failure.
-  static bool driver_encodes(FwdParams const& p) {
-    void* encode = nullptr;
-    cudaDriverEntryPointQueryResult status;
-    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &encode, 12000,
-                                                             cudaEnableDefault, &status);
-    if (err != cudaSuccess || status != cudaDriverEntryPointSuccess || encode == nullptr) {
-      std::fprintf(stderr, "flash_attn_cute: no cuTensorMapEncodeTiled (error %d, status %d): cp.async loads\n",
-                   int(err), int(status));
-      return false;
-    }
-    constexpr int kBoxCols = Traits::kHeadDim % 64 == 0 ? 64 : 32;
-    CUtensorMap map;
-    cuuint64_t dims[4] = {cuuint64_t(p.head_dim), cuuint64_t(p.seqlen_q), cuuint64_t(p.heads), cuuint64_t(p.batch)};
-    cuuint64_t strides[3] = {cuuint64_t(p.q.row_stride) * 2, cuuint64_t(p.q.head_stride) * 2,
-                             cuuint64_t(p.q.batch_stride) * 2};
-    cuuint32_t box[4] = {kBoxCols, Traits::kBlockM, 1, 1}, elem_strides[4] = {1, 1, 1, 1};
-    using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                     const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                     CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-    const CUresult r = reinterpret_cast<EncodeTiled>(encode)(
-        &map, std::is_same_v<Element, cutlass::half_t> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        4, p.q.ptr, dims, strides, box, elem_strides,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, kBoxCols == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
-        CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-      std::fprintf(stderr, "flash_attn_cute: cuTensorMapEncodeTiled failed (%d) for dims %llu %llu %llu %llu, "
-                   "strides %llu %llu %llu, base %p: cp.async loads\n", int(r), (unsigned long long)dims[0],
-                   (unsigned long long)dims[1], (unsigned long long)dims[2], (unsigned long long)dims[3],
-                   (unsigned long long)strides[0], (unsigned long long)strides[1], (unsigned long long)strides[2],
-                   p.q.ptr);
-      return false;
-    }
-    return true;
-  }
-
-  static FwdWsTma make(FwdParams const& p) {
-    const int kv_batch = p.kv_batch > 0 ? p.kv_batch : p.batch;  // the glue sets kv_batch for caches only
-    return {make_tma_copy(SM90_TMA_LOAD{}, gmem(p.q, p.seqlen_q, p.head_dim, p.heads, p.batch),
-                          typename Traits::SmemLayoutQ{}, TileQ{}, _1{}),
-            make_tma_copy(SM90_TMA_LOAD{}, gmem(p.k, p.seqlen_k, p.head_dim, p.heads_k, kv_batch),
-                          typename Traits::SmemLayoutKVStage{}, TileKV{}, _1{}),
-            make_tma_copy(SM90_TMA_LOAD{}, gmem(p.v, p.seqlen_k, p.head_dim, p.heads_k, kv_batch),
-                          typename Traits::SmemLayoutKVStage{}, TileKV{}, _1{})};
-  }
-  static constexpr uint32_t kBytesQ = Traits::kBlockM * Traits::kHeadDim * sizeof(Element);
-  static constexpr uint32_t kBytesKV = Traits::kBlockN * Traits::kHeadDim * sizeof(Element);
-};
-
-// Whether the TMA loads can run: fixed-length batches reading their own batch entry whole (no
-// varlen, seqused_k, leftpad, kv_batch_idx or page table), 16-byte aligned bases and strides.
-inline bool fwd_ws_tma_fits(FwdParams const& p) {
-  if (p.cu_seqlens_q || p.cu_seqlens_k || p.seqused_k || p.leftpad_k || p.kv_batch_idx || p.block_table) return false;
-  for (const TensorView* v : {&p.q, &p.k, &p.v}) {
-    if (reinterpret_cast<uintptr_t>(v->ptr) % 16 != 0) return false;
-    for (index_t stride : {v->row_stride, v->head_stride, v->batch_stride}) {
-      if (stride <= 0 || stride * 2 % 16 != 0 || stride * 2 >= (index_t(1) << 40)) return false;
-    }
-  }
-  return true;
-}
 
 // The producer: per tile, Q with the tile's index, then K(n) and V(n) for the key blocks from the
 // top down, the consumers' order. The rings run on across tiles, but a tile's K and V wait behind
@@ -224,7 +139,7 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
       if (tidx == 0) {
         ring.commit_tma(i, FwdWsTma<Traits>::kBytesKV);
         Tensor mKV = tma_kv.get_tma_tensor(make_shape(params.seqlen_k, params.head_dim, params.heads_k,
-                                                      params.kv_batch > 0 ? params.kv_batch : params.batch));
+                                                      FwdWsTma<Traits>::kv_batch(params)));
         Tensor gKV = local_tile(mKV(_, _, bidh_kv, tile.bidb), typename FwdWsTma<Traits>::TileKV{},
                                 make_coord(n_block, _0{}));  // (kBlockN, kHeadDim)
         Tensor sKV = make_tensor(make_smem_ptr(smem_ring + ring.stage(i) * cosize_v<typename Traits::SmemLayoutKVStage>),
@@ -464,7 +379,7 @@ cudaError_t launch_fwd_sm90_ws_kernel(FwdParams const& params, cudaStream_t stre
   if (zeroed != cudaSuccess) return zeroed;
   FwdParams p = params;
   FwdWsTma<Traits> tma{};
-  p.ws_tma = fwd_ws_tma_fits(params) && FwdWsTma<Traits>::driver_encodes(params);
+  p.ws_tma = FwdWsTma<Traits>::usable(params);
   if (p.ws_tma) tma = FwdWsTma<Traits>::make(params);
   kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p, tma);
   return cudaPeekAtLastError();

@@ -1,0 +1,128 @@
+// TMA loads of Q, K and V for the warp-specialized Hopper forward (fwd_kernel_sm90_ws.h), where
+// they fit (fwd_ws_tma_fits): the descriptors, built on the host by the launch and passed to the
+// kernel as a __grid_constant__ parameter. Elsewhere that kernel's producer loads with cp.async.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>  // after cute/tensor.hpp, which it needs
+#include <cuda.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <type_traits>
+
+#include "params.h"
+
+namespace flash_attn_cute {
+
+using namespace cute;
+
+// Whether the TMA loads can run: fixed-length batches reading their own batch entry whole (no
+// varlen, seqused_k, leftpad, kv_batch_idx or page table), 16-byte aligned bases and strides.
+inline bool fwd_ws_tma_fits(FwdParams const& p) {
+  if (p.cu_seqlens_q || p.cu_seqlens_k || p.seqused_k || p.leftpad_k || p.kv_batch_idx || p.block_table) return false;
+  for (const TensorView* v : {&p.q, &p.k, &p.v}) {
+    if (reinterpret_cast<uintptr_t>(v->ptr) % 16 != 0) return false;
+    for (index_t stride : {v->row_stride, v->head_stride, v->batch_stride}) {
+      if (stride <= 0 || stride * 2 % 16 != 0 || stride * 2 >= (index_t(1) << 40)) return false;
+    }
+  }
+  return true;
+}
+
+// The driver's cuTensorMapEncodeTiled, looked up once; null (reported once) where the driver has none.
+inline void* tensor_map_encoder() {
+  static void* const encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult status;
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                                             &status);
+    if (err != cudaSuccess || status != cudaDriverEntryPointSuccess) {
+      std::fprintf(stderr, "flash_attn_cute: no cuTensorMapEncodeTiled (error %d, status %d): cp.async loads\n",
+                   int(err), int(status));
+      return static_cast<void*>(nullptr);
+    }
+    return fn;
+  }();
+  return encode;
+}
+
+// Whether the driver encodes a (rows, head_dim, heads, batch) tensor of 16-bit elements with boxes of
+// box_rows x box_cols, as CuTe's make_tma_copy will. CuTe's own call cannot fail quietly: its report
+// goes through std::cerr, and with NDEBUG it carries on with an unset descriptor. So the launch
+// checks each descriptor first and falls back to cp.async where one fails (reported with its shape).
+inline bool tensor_map_encodes(void* ptr, bool is_fp16, TensorView const& view, int rows, int head_dim, int heads,
+                               int batch, int box_rows, int box_cols) {
+  void* const encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  CUtensorMap map;
+  const cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(batch)};
+  const cuuint64_t strides[3] = {cuuint64_t(view.row_stride) * 2, cuuint64_t(view.head_stride) * 2,
+                                 cuuint64_t(view.batch_stride) * 2};
+  const cuuint32_t box[4] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1, 1}, elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r = reinterpret_cast<EncodeTiled>(encode)(
+      &map, is_fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, ptr, dims, strides, box,
+      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      box_cols == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr,
+                 "flash_attn_cute: cuTensorMapEncodeTiled failed (%d) for shape (%d, %d, %d, %d), strides "
+                 "(%lld, %lld, %lld), base %p: cp.async loads\n",
+                 int(r), rows, head_dim, heads, batch, (long long)view.row_stride, (long long)view.head_stride,
+                 (long long)view.batch_stride, ptr);
+  }
+  return r == CUDA_SUCCESS;
+}
+
+// The descriptors: each tensor as (rows, head_dim, heads, batch) with the real head_dim, so
+// columns and rows past the tensor's end land as zeros, as cp.async's zero fill leaves them.
+template <class Traits>
+struct FwdWsTma {
+  using Element = typename Traits::Element;
+  using TileQ = Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>;
+  using TileKV = Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>;
+  static constexpr uint32_t kBytesQ = Traits::kBlockM * Traits::kHeadDim * sizeof(Element);
+  static constexpr uint32_t kBytesKV = Traits::kBlockN * Traits::kHeadDim * sizeof(Element);
+  static constexpr int kBoxCols = Traits::kHeadDim % 64 == 0 ? 64 : 32;  // the swizzle atom's row (kernel_traits_sm90.h)
+  static_assert(sizeof(Element) == 2);
+
+  static auto gmem(TensorView const& view, int rows, int head_dim, int heads, int batch) {
+    return make_tensor(make_gmem_ptr(static_cast<Element const*>(view.ptr)), make_shape(rows, head_dim, heads, batch),
+                       make_stride(view.row_stride, _1{}, view.head_stride, view.batch_stride));
+  }
+  using CopyQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem(TensorView{}, 1, 1, 1, 1), typename Traits::SmemLayoutQ{},
+                                       TileQ{}, _1{}));
+  using CopyKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem(TensorView{}, 1, 1, 1, 1),
+                                        typename Traits::SmemLayoutKVStage{}, TileKV{}, _1{}));
+  CopyQ q;
+  CopyKV k, v;
+
+  // K and V's batch extent: the glue sets kv_batch for caches only.
+  CUTE_HOST_DEVICE static int kv_batch(FwdParams const& p) { return p.kv_batch > 0 ? p.kv_batch : p.batch; }
+
+  // Whether the TMA loads run for these params: they fit, and the driver encodes all three.
+  static bool usable(FwdParams const& p) {
+    constexpr bool kFp16 = std::is_same_v<Element, cutlass::half_t>;
+    return fwd_ws_tma_fits(p) &&
+           tensor_map_encodes(p.q.ptr, kFp16, p.q, p.seqlen_q, p.head_dim, p.heads, p.batch, Traits::kBlockM, kBoxCols) &&
+           tensor_map_encodes(p.k.ptr, kFp16, p.k, p.seqlen_k, p.head_dim, p.heads_k, kv_batch(p), Traits::kBlockN,
+                              kBoxCols) &&
+           tensor_map_encodes(p.v.ptr, kFp16, p.v, p.seqlen_k, p.head_dim, p.heads_k, kv_batch(p), Traits::kBlockN,
+                              kBoxCols);
+  }
+
+  static FwdWsTma make(FwdParams const& p) {
+    return {make_tma_copy(SM90_TMA_LOAD{}, gmem(p.q, p.seqlen_q, p.head_dim, p.heads, p.batch),
+                          typename Traits::SmemLayoutQ{}, TileQ{}, _1{}),
+            make_tma_copy(SM90_TMA_LOAD{}, gmem(p.k, p.seqlen_k, p.head_dim, p.heads_k, kv_batch(p)),
+                          typename Traits::SmemLayoutKVStage{}, TileKV{}, _1{}),
+            make_tma_copy(SM90_TMA_LOAD{}, gmem(p.v, p.seqlen_k, p.head_dim, p.heads_k, kv_batch(p)),
+                          typename Traits::SmemLayoutKVStage{}, TileKV{}, _1{})};
+  }
+};
+
+}  // namespace flash_attn_cute
