@@ -234,6 +234,41 @@ def test_warp_specialized_tiles_of_every_size(causal, monkeypatch):
         check(q)
 
 
+def _layout(layout, batch, seqlen, nheads, head_dim, dtype):
+    """A (batch, seqlen, nheads, head_dim) tensor with the strides of one memory layout."""
+    if layout == "bshd":
+        return _randn(batch, seqlen, nheads, head_dim, dtype=dtype)
+    if layout == "bhsd":
+        return _randn(batch, nheads, seqlen, head_dim, dtype=dtype).transpose(1, 2)
+    # "packed": one of three tensors interleaved per row, as a fused QKV projection leaves them
+    return _randn(batch, seqlen, 3, nheads, head_dim, dtype=dtype)[:, :, 1]
+
+
+@pytest.mark.parametrize("softcap", [0.0, 30.0], ids=["plain", "softcap"])
+@pytest.mark.parametrize("layout", ["bshd", "bhsd", "packed"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 96, 120, 128, 192, 256])
+def test_warp_specialized_tma_and_cp_async_loads_agree(head_dim, causal, layout, softcap, monkeypatch):
+    """The warp-specialized kernel loads Q, K and V by TMA where the tensors allow it and with cp.async
+    elsewhere (FLASH_ATTN_CUTE_SM90_TMA=0 forces cp.async): both fill shared memory alike (zeros past
+    each sequence's end and past head_dim), so the outputs and LSEs are bitwise equal, and right."""
+    variant = "mods" if softcap else "plain"
+    _require_built(torch.bfloat16, head_dim, causal, variant)
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
+    torch.manual_seed(1)
+    q = _layout(layout, 2, 1023, 8, head_dim, torch.bfloat16)
+    k = _layout(layout, 2, 1500, 2, head_dim, torch.bfloat16)
+    v = _layout(layout, 2, 1500, 2, head_dim, torch.bfloat16)
+    call = lambda: fac.fwd(q, k, v, causal=causal, softcap=softcap)  # noqa: E731
+    assert _takes_hopper_kernel(call, ws=True)
+    out, lse = call()
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_TMA", "0")
+    out_cp_async, lse_cp_async = call()
+    assert torch.equal(out, out_cp_async)
+    assert torch.equal(lse, lse_cp_async)
+    _check(q, k, v, causal, out, lse, softcap=softcap)
+
+
 @pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024)], ids=str)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", [64, 104, 128, 160, 192])

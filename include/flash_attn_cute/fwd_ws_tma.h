@@ -6,9 +6,12 @@
 #include <cute/tensor.hpp>
 #include <cute/atom/copy_traits_sm90_tma.hpp>  // after cute/tensor.hpp, which it needs
 #include <cuda.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "params.h"
@@ -35,8 +38,12 @@ inline void* tensor_map_encoder() {
   static void* const encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult status;
+#if CUDART_VERSION >= 12050
     const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
                                                              &status);
+#else
+    const cudaError_t err = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &status);
+#endif
     if (err != cudaSuccess || status != cudaDriverEntryPointSuccess) {
       std::fprintf(stderr, "flash_attn_cute: no cuTensorMapEncodeTiled (error %d, status %d): cp.async loads\n",
                    int(err), int(status));
@@ -104,10 +111,12 @@ struct FwdWsTma {
   // K and V's batch extent: the glue sets kv_batch for caches only.
   CUTE_HOST_DEVICE static int kv_batch(FwdParams const& p) { return p.kv_batch > 0 ? p.kv_batch : p.batch; }
 
-  // Whether the TMA loads run for these params: they fit, and the driver encodes all three.
+  // Whether the TMA loads run for these params: they fit, the driver encodes all three, and
+  // FLASH_ATTN_CUTE_SM90_TMA=0 (cp.async loads everywhere, for A / B and tests) is not set.
   static bool usable(FwdParams const& p) {
     constexpr bool kFp16 = std::is_same_v<Element, cutlass::half_t>;
-    return fwd_ws_tma_fits(p) &&
+    const char* enabled = std::getenv("FLASH_ATTN_CUTE_SM90_TMA");
+    return !(enabled != nullptr && std::strcmp(enabled, "0") == 0) && fwd_ws_tma_fits(p) &&
            tensor_map_encodes(p.q.ptr, kFp16, p.q, p.seqlen_q, p.head_dim, p.heads, p.batch, Traits::kBlockM, kBoxCols) &&
            tensor_map_encodes(p.k.ptr, kFp16, p.k, p.seqlen_k, p.head_dim, p.heads_k, kv_batch(p), Traits::kBlockN,
                               kBoxCols) &&
