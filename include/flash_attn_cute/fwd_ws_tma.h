@@ -8,6 +8,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -57,7 +58,8 @@ inline void* tensor_map_encoder() {
 // Whether the driver encodes a (rows, head_dim, heads, batch) tensor of 16-bit elements with boxes of
 // box_rows x box_cols, as CuTe's make_tma_copy will. CuTe's own call cannot fail quietly: its report
 // goes through std::cerr, and with NDEBUG it carries on with an unset descriptor. So the launch
-// checks each descriptor first and falls back to cp.async where one fails (reported with its shape).
+// checks each descriptor first and falls back to cp.async where one fails (the first failure is
+// reported with its shape).
 inline bool tensor_map_encodes(void* ptr, bool is_fp16, TensorView const& view, int rows, int head_dim, int heads,
                                int batch, int box_rows, int box_cols) {
   void* const encode = tensor_map_encoder();
@@ -75,7 +77,8 @@ inline bool tensor_map_encodes(void* ptr, bool is_fp16, TensorView const& view, 
       elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
       box_cols == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
+  static std::atomic_flag reported = ATOMIC_FLAG_INIT;  // the first failure only: a caller may repeat it per step
+  if (r != CUDA_SUCCESS && !reported.test_and_set()) {
     std::fprintf(stderr,
                  "flash_attn_cute: cuTensorMapEncodeTiled failed (%d) for shape (%d, %d, %d, %d), strides "
                  "(%lld, %lld, %lld), base %p: cp.async loads\n",
