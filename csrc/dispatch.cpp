@@ -19,8 +19,9 @@ bool matches(FwdParams const& params, DType dtype, int hdim, bool causal, bool e
 
 cudaError_t run_fwd_dispatch(FwdParams const& params, cudaStream_t stream) {
   if (params.use_sm90 && !params.uses_split_kernel()) {
-#define FLASH_TRY_SM90(DT, HDIM, CAUSAL, EVEN_K, VARIANT)                  \
-  if (matches(params, DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT)) \
+#define FLASH_TRY_SM90(DT, HDIM, CAUSAL, EVEN_K, VARIANT)                                              \
+  if (matches(params, DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT) &&                           \
+      (!fwd_sm90_ws_only(HDIM, Variant::VARIANT) || fwd_sm90_takes_ws(params, HDIM, Variant::VARIANT))) \
     return run_fwd_sm90<DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT>(params, stream);
     FLASH_FWD_SM90_INSTANCES(FLASH_TRY_SM90)
 #undef FLASH_TRY_SM90

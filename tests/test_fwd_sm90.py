@@ -50,6 +50,12 @@ def _require_kernel(hopper_kernel, head_dim):
     return hopper_kernel == "ws"
 
 
+def _ws_only(head_dim, variant):
+    """The Hopper variants built warp-specialized only (tile_size.h's fwd_sm90_ws_only): score mods and
+    dropout at kernel head dim 256, whose calls take the SM80 kernel where rows see too few keys."""
+    return kernel_head_dim(head_dim) > 192 and variant != "plain"
+
+
 def _require_built(dtype, head_dim, causal, variant="plain"):
     if (DTYPE_NAMES[dtype], kernel_head_dim(head_dim), causal, variant) not in BUILT_FWD_SM90_KERNELS:
         pytest.skip(f"this build has no Hopper forward for {DTYPE_NAMES[dtype]} hdim {head_dim} {variant}")
@@ -129,8 +135,8 @@ def test_hopper_score_mods_match_reference(dtype, head_dim, seqlens, window, cau
     """Softcap, ALiBi (its causal form's LSE too) and windows on the Hopper kernel; causal windows
     (left, 0) run on the plain causal kernel, the rest on the score-mod one."""
     (seqlen_q, seqlen_k), (nheads, nheads_k) = seqlens, (16, 4)
-    _require_built(dtype, head_dim, kernel_causal(causal, window),
-                   kernel_variant(window, softcap, alibi, causal, seqlen_k))
+    variant = kernel_variant(window, softcap, alibi, causal, seqlen_k)
+    _require_built(dtype, head_dim, kernel_causal(causal, window), variant)
     ws = _require_kernel(hopper_kernel, head_dim)
     batch = _batch_filling_sms(seqlen_q, nheads)
     q = _randn(batch, seqlen_q, nheads, head_dim, dtype=dtype, scale=3.0)
@@ -140,7 +146,10 @@ def test_hopper_score_mods_match_reference(dtype, head_dim, seqlens, window, cau
     slopes = torch.rand(*shape, device="cuda", dtype=torch.float32) * 0.3 if alibi else None
     mods = dict(window_size=window, softcap=softcap, alibi_slopes=slopes)
     call = lambda: fac.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True, **mods)
-    assert _takes_hopper_kernel(call, ws)
+    if _ws_only(head_dim, variant) and not ws:  # a Hopper kernel runs only where it is the WS one
+        assert _takes_hopper_kernel(call) == _takes_hopper_kernel(call, ws=True)
+    else:
+        assert _takes_hopper_kernel(call, ws)
     out, lse, _ = call()
     _check(q, k, v, causal, out, lse, **mods)
 
@@ -183,6 +192,31 @@ def test_long_rows_take_the_warp_specialized_kernel(causal, monkeypatch):
     assert _takes_hopper_kernel(run(long)) and not _takes_hopper_kernel(run(long), ws=True)
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
     assert _takes_hopper_kernel(run(short), ws=True)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_head_dim_256_score_mods_and_dropout_take_the_warp_specialized_kernel(causal):
+    """At head dim 256 the softcap, ALiBi, window and dropout calls whose rows see 256 keys or more
+    run the warp-specialized kernel, shorter ones the SM80 kernel (no three-CTA kernel there); both
+    match the reference."""
+    torch.manual_seed(3)
+    slopes = torch.rand(8, device="cuda", dtype=torch.float32) * 0.3
+    cases = [("mods", dict(softcap=30.0)), ("mods", dict(alibi_slopes=slopes)), ("dropout", dict(dropout_p=0.2))]
+    if not causal:  # (a causal window runs the plain causal kernel)
+        cases.append(("mods", dict(window_size=(400, 400))))
+    for variant, mods in cases:
+        _require_built(torch.bfloat16, 256, causal, variant)
+        for seqlen, long_rows in ((1024, True), (160, False)):
+            batch = _batch_filling_sms(seqlen, 8)  # (fewer row blocks take the split-KV kernel)
+            q, k, v = (_randn(batch, seqlen, 8, 256, dtype=torch.bfloat16) for _ in range(3))
+            call = lambda: fac.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True, **mods)  # noqa: E731
+            names = _kernel_names(call)
+            assert any("flash_fwd_sm90_ws_kernel" in n for n in names) == long_rows, (mods, seqlen)
+            assert long_rows or any("flash_fwd_kernel" in n for n in names), (mods, seqlen)
+            assert not any("flash_fwd_sm90_kernel" in n for n in names), (mods, seqlen)
+            out, lse, probs = call()
+            ref_mods = dict(mods, dropout_mask=~probs.signbit()) if variant == "dropout" else mods
+            _check(q, k, v, causal, out, lse, **ref_mods)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -271,7 +305,7 @@ def test_warp_specialized_tma_and_cp_async_loads_agree(head_dim, causal, layout,
 
 @pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024)], ids=str)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [64, 104, 128, 160, 192])
+@pytest.mark.parametrize("head_dim", [64, 104, 128, 160, 192, 256])
 def test_warp_specialized_dropout_matches_reference(head_dim, causal, seqlens, monkeypatch):
     """Dropout on the warp-specialized kernel: the reference applies the mask the kernel reports,
     forward and backward (test_dropout.py's check), and out_residual is O's rounding error."""

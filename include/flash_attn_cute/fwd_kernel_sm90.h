@@ -12,6 +12,7 @@
 
 #include "block_info.h"
 #include "dropout.h"
+#include "fwd_api.h"
 #include "fwd_epilogue.h"
 #include "fwd_kernel_sm90_ws.h"
 #include "fwd_mainloop.h"
@@ -197,21 +198,28 @@ cudaError_t launch_fwd_sm90_kernel(FwdParams const& params, cudaStream_t stream)
 }
 
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
-cudaError_t run_fwd_sm90(FwdParams const& params, cudaStream_t stream) {
-  if constexpr (fwd_sm90_warp_specialized(kHeadDim)) {
-    // The plain kernels' window, as the kernels read it.
-    const Window window = kVariant != Variant::kPlain ? params.window
-                                                      : Window{kIsCausal ? params.window.left : -1, kIsCausal ? 0 : -1};
-    if (params.sm90_ws == 1 ||
-        (params.sm90_ws == -1 && fwd_sm90_ws_pays(kHeadDim, params.seqlen_q, params.seqlen_k, window.left, window.right))) {
-      return run_fwd_sm90_ws<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant>(params, stream);
-    }
-  }
+cudaError_t run_fwd_sm90_three_cta(FwdParams const& params, cudaStream_t stream) {
   using Traits = FwdKernelTraitsSm90<kHeadDim, kIsCausal, typename ElementOf<kDType>::type, kVariant>;
   if constexpr (kVariant != Variant::kPlain) {
     if (params.softcap > 0.f) return launch_fwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, true>(params, stream);
   }
   return launch_fwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, false>(params, stream);
+}
+
+// The warp-specialized kernel where fwd_sm90_takes_ws, else the three-CTA one. The variants built
+// warp-specialized only (fwd_sm90_ws_only) come here only where it runs (the dispatcher's test).
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
+cudaError_t run_fwd_sm90(FwdParams const& params, cudaStream_t stream) {
+  if constexpr (fwd_sm90_warp_specialized(kHeadDim)) {
+    if (fwd_sm90_takes_ws(params, kHeadDim, kVariant)) {
+      return run_fwd_sm90_ws<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant>(params, stream);
+    }
+  }
+  if constexpr (fwd_sm90_ws_only(kHeadDim, kVariant)) {
+    return cudaErrorNotSupported;
+  } else {
+    return run_fwd_sm90_three_cta<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant>(params, stream);
+  }
 }
 
 }  // namespace flash_attn_cute

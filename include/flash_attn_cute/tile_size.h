@@ -113,6 +113,12 @@ constexpr bool fwd_sm90_ws_pays(int kernel_head_dim, int seqlen_q, int seqlen_k,
   return fwd_sm90_warp_specialized(kernel_head_dim) &&
          fwd_mean_keys_per_row(seqlen_q, seqlen_k, left, right) >= fwd_sm90_ws_min_mean_keys(kernel_head_dim);
 }
+// The score-mod and dropout forwards at head dim 256 exist warp-specialized only: the three-CTA
+// kernel spilled there (156 and 1040 spill instructions at 255 registers). Where rows see too few
+// keys for the warp-specialized kernel, those calls take the SM80 kernel (fwd_sm90_takes_ws).
+constexpr bool fwd_sm90_ws_only(int kernel_head_dim, Variant variant) {
+  return kernel_head_dim > 192 && variant != Variant::kPlain;
+}
 inline constexpr int kFwdSm90WsStages = 2;
 inline constexpr int kFwdSm90WsBarrierBytes = 128;  // the rings' and Q's mbarriers
 

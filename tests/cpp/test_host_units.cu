@@ -130,6 +130,9 @@ void test_tile_table() {
   }
   CHECK(fwd_sm90_warp_specialized(64) && fwd_sm90_warp_specialized(256) && !fwd_sm90_warp_specialized(32),
         "the warp-specialized kernel's head dims");
+  CHECK(fwd_sm90_ws_only(256, Variant::kScoreMods) && fwd_sm90_ws_only(256, Variant::kDropout) &&
+            !fwd_sm90_ws_only(256, Variant::kPlain) && !fwd_sm90_ws_only(192, Variant::kScoreMods),
+        "score mods and dropout at head dim 256: warp-specialized only");
   // The keys a row sees on average, against counts by brute force over the rows (params.h's rule).
   auto mean_keys = [](int sq, int sk, int left, int right) {
     double total = 0;
