@@ -76,14 +76,15 @@ def test_generated_sources_hold_each_listed_instantiation_once(features, tmp_pat
         assert len(set(compiled)) == len(compiled) == 2 * 2 * 4 * variants
         assert sorted(compiled) == sorted(listed)
         assert ("kDropout" in {v for *_, v in compiled}) == (dropout == "1")
-    # The Hopper forward (default archs include 90): one file per (dtype, head dim, variant), the plain
-    # one only above head dim 128.
-    assert len(sm90) == 2 * (variants + 1)
+    # The Hopper forward (default archs include 90): one file per (dtype, head dim, variant), every
+    # variant at every head dim (at 256 the score-mod and dropout files hold the warp-specialized
+    # kernel only: tile_size.h's fwd_sm90_ws_only).
+    assert len(sm90) == 2 * 2 * variants
     compiled = [m for src in sm90
                 for m in re.findall(r"run_fwd_sm90<DType::(\w+), (\d+), (\w+), (\w+), Variant::(\w+)>", src.read_text())]
     listed = re.findall(r"X\((\w+), (\d+), (\w+), (\w+), (\w+)\)", (tmp_path / "fwd_sm90_instances.h").read_text())
-    assert len(set(compiled)) == len(compiled) == 2 * 4 * (variants + 1) and sorted(compiled) == sorted(listed)
-    assert all(v == "kPlain" for _, h, _, _, v in compiled if int(h) > 128)
+    assert len(set(compiled)) == len(compiled) == 2 * 2 * 4 * variants and sorted(compiled) == sorted(listed)
+    assert "kScoreMods" in {v for _, h, _, _, v in compiled if int(h) == 256}
     assert ("kDropout" in {v for *_, v in compiled}) == (dropout == "1")
 
 
