@@ -173,7 +173,7 @@ def test_which_calls_take_the_hopper_kernel(causal, monkeypatch):
 @pytest.mark.parametrize("causal", [False, True])
 def test_long_rows_take_the_warp_specialized_kernel(causal, monkeypatch):
     """From head dim 96 on, rows that see 256 keys or more on average take it, at head dim 64 rows
-    that see 1024, shorter ones the three-CTA kernel; FLASH_ATTN_CUTE_SM90_WS=0 / 1 overrides the choice."""
+    that see 512, shorter ones the three-CTA kernel; FLASH_ATTN_CUTE_SM90_WS=0 / 1 overrides the choice."""
     _require_built(torch.bfloat16, 128, causal)
     short = tuple(_randn(64, 128, 16, 128, dtype=torch.bfloat16) for _ in range(3))
     long = tuple(_randn(4, 1024, 16, 128, dtype=torch.bfloat16) for _ in range(3))
@@ -185,7 +185,7 @@ def test_long_rows_take_the_warp_specialized_kernel(causal, monkeypatch):
         assert not _takes_hopper_kernel(run(long, window_size=(100, 100)), ws=True), "a window bounds the keys"
     if ("bf16", 64, causal, "plain") in BUILT_FWD_SM90_KERNELS:
         long64 = tuple(_randn(1, 4096, 16, 64, dtype=torch.bfloat16) for _ in range(3))
-        short64 = tuple(_randn(8, 512, 16, 64, dtype=torch.bfloat16) for _ in range(3))
+        short64 = tuple(_randn(16, 256, 16, 64, dtype=torch.bfloat16) for _ in range(3))
         assert _takes_hopper_kernel(run(long64), ws=True)
         assert _takes_hopper_kernel(run(short64)) and not _takes_hopper_kernel(run(short64), ws=True)
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "0")

@@ -87,12 +87,14 @@ constexpr int fwd_sm90_ctas_per_sm(int kernel_head_dim, Variant variant) {
 // see 1024 keys (causal 2048: 306 against 301) and 5-19 % slower at 512 keys (non-causal 512:
 // 258 against 271, causal 1024: 240 against 262). Session 19's non-persistent form had needed
 // 2048 keys at hdim 128 and 512 above, where longer steps hide a tile's start and epilogue better.
+// With TMA loads (session 22, two runs each) hdim 64 pays from 512 keys: non-causal 512 298 against
+// 273, causal 1024 270-271 against 266; at 256 (causal 512) it is 6 % slower, 191 against 202-203.
 constexpr bool fwd_sm90_warp_specialized(int kernel_head_dim) { return kernel_head_dim >= 64; }
 constexpr FwdTileShape fwd_sm90_ws_tile_shape(int kernel_head_dim) {
   if (kernel_head_dim <= 128) return {128, 128, 12};
   return {128, kernel_head_dim <= 192 ? 96 : 64, 12};
 }
-constexpr int fwd_sm90_ws_min_mean_keys(int kernel_head_dim) { return kernel_head_dim <= 64 ? 1024 : 256; }
+constexpr int fwd_sm90_ws_min_mean_keys(int kernel_head_dim) { return kernel_head_dim <= 64 ? 512 : 256; }
 
 // The keys a query row sees on average (params.h's Window: left / right, -1 unbounded), near enough
 // for a choice of kernel: the mean over 64 rows spread evenly over the sequence.

@@ -155,9 +155,9 @@ void test_tile_table() {
             fwd_sm90_ws_pays(256, 16384, 16384, 1024, 0) && !fwd_sm90_ws_pays(128, 256, 256, -1, 0) &&
             !fwd_sm90_ws_pays(192, 16384, 16384, 128, 0),
         "the warp-specialized kernel from head dim 96 on where rows see 256 keys or more");
-  CHECK(fwd_sm90_ws_pays(64, 2048, 2048, -1, 0) && fwd_sm90_ws_pays(64, 1024, 1024, -1, -1) &&
-            !fwd_sm90_ws_pays(64, 1024, 1024, -1, 0) && !fwd_sm90_ws_pays(32, 16384, 16384, -1, -1),
-        "the warp-specialized kernel at head dim 64 where rows see 1024 keys or more");
+  CHECK(fwd_sm90_ws_pays(64, 1024, 1024, -1, 0) && fwd_sm90_ws_pays(64, 512, 512, -1, -1) &&
+            !fwd_sm90_ws_pays(64, 512, 512, -1, 0) && !fwd_sm90_ws_pays(32, 16384, 16384, -1, -1),
+        "the warp-specialized kernel at head dim 64 where rows see 512 keys or more");
   CHECK_EQ(fwd_sm90_ws_smem_bytes(fwd_sm90_ws_tile_shape(128), 128), 196736, "sm90 ws smem at hdim 128 (with O's)");
   CHECK_EQ(fwd_sm90_ws_smem_bytes(fwd_sm90_ws_tile_shape(256), 256), 196736, "sm90 ws smem at hdim 256 (O in Q's)");
   CHECK(fwd_sm90_ws_separate_o(fwd_sm90_ws_tile_shape(64), 64) && fwd_sm90_ws_separate_o(fwd_sm90_ws_tile_shape(128), 128) &&
