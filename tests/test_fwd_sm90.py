@@ -188,6 +188,11 @@ def test_long_rows_take_the_warp_specialized_kernel(causal, monkeypatch):
         short64 = tuple(_randn(16, 256, 16, 64, dtype=torch.bfloat16) for _ in range(3))
         assert _takes_hopper_kernel(run(long64), ws=True)
         assert _takes_hopper_kernel(run(short64)) and not _takes_hopper_kernel(run(short64), ws=True)
+        # With cp.async loads (varlen here) hdim 64 keeps the three-CTA kernel up to 1024 keys a row.
+        cu = torch.tensor([0, 768, 1536], device="cuda", dtype=torch.int32)
+        qkv = tuple(_randn(1536, 16, 64, dtype=torch.bfloat16) for _ in range(3))
+        varlen = lambda: fac.flash_attn_varlen_func(*qkv, cu, cu, 768, 768, causal=False)  # noqa: E731
+        assert _takes_hopper_kernel(varlen) and not _takes_hopper_kernel(varlen, ws=True)
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "0")
     assert _takes_hopper_kernel(run(long)) and not _takes_hopper_kernel(run(long), ws=True)
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
@@ -204,8 +209,9 @@ def test_head_dim_256_score_mods_and_dropout_take_the_warp_specialized_kernel(ca
     cases = [("mods", "softcap"), ("mods", "alibi"), ("dropout", "dropout")]
     if not causal:  # (a causal window runs the plain causal kernel)
         cases.append(("mods", "window"))
-    for variant, name in cases:
+    for variant in ("mods", "dropout"):
         _require_built(torch.bfloat16, 256, causal, variant)
+    for variant, name in cases:
         for seqlen, long_rows in ((1024, True), (160, False)):
             mods = {"softcap": dict(softcap=30.0), "alibi": dict(alibi_slopes=slopes), "dropout": dict(dropout_p=0.2),
                     "window": dict(window_size=(2 * seqlen // 5, 2 * seqlen // 5))}[name]  # local at both lengths
@@ -286,8 +292,9 @@ def _layout(layout, batch, seqlen, nheads, head_dim, dtype):
 @pytest.mark.parametrize("head_dim", [64, 96, 120, 128, 192, 256])
 def test_warp_specialized_tma_and_cp_async_loads_agree(head_dim, causal, layout, softcap, monkeypatch):
     """The warp-specialized kernel loads Q, K and V by TMA where the tensors allow it and with cp.async
-    elsewhere (FLASH_ATTN_CUTE_SM90_TMA=0 forces cp.async): both fill shared memory alike (zeros past
-    each sequence's end and past head_dim), so the outputs and LSEs are bitwise equal, and right."""
+    elsewhere (FLASH_ATTN_CUTE_SM90_TMA=0 forces cp.async, =require fails a launch that cannot use
+    TMA): both fill shared memory alike (zeros past each sequence's end and past head_dim), so the
+    outputs and LSEs are bitwise equal, and right."""
     variant = "mods" if softcap else "plain"
     _require_built(torch.bfloat16, head_dim, causal, variant)
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
@@ -297,6 +304,7 @@ def test_warp_specialized_tma_and_cp_async_loads_agree(head_dim, causal, layout,
     v = _layout(layout, 2, 1500, 2, head_dim, torch.bfloat16)
     call = lambda: fac.fwd(q, k, v, causal=causal, softcap=softcap)  # noqa: E731
     assert _takes_hopper_kernel(call, ws=True)
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_TMA", "require")
     out, lse = call()
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_TMA", "0")
     out_cp_async, lse_cp_async = call()

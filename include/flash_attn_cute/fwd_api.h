@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "params.h"
 #include "tile_size.h"
 
@@ -18,17 +20,32 @@ cudaError_t run_fwd(FwdParams const& params, cudaStream_t stream);
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_fwd_sm90(FwdParams const& params, cudaStream_t stream);
 
+// Whether the warp-specialized kernel's TMA loads fit (fwd_ws_tma.h): fixed-length batches reading
+// their own batch entry whole (no varlen, seqused_k, leftpad, kv_batch_idx or page table), 16-byte
+// aligned bases and strides.
+inline bool fwd_ws_tma_fits(FwdParams const& p) {
+  if (p.cu_seqlens_q || p.cu_seqlens_k || p.seqused_k || p.leftpad_k || p.kv_batch_idx || p.block_table) return false;
+  for (const TensorView* v : {&p.q, &p.k, &p.v}) {
+    if (reinterpret_cast<uintptr_t>(v->ptr) % 16 != 0) return false;
+    for (index_t stride : {v->row_stride, v->head_stride, v->batch_stride}) {
+      if (stride <= 0 || stride * 2 % 16 != 0 || stride * 2 >= (index_t(1) << 40)) return false;
+    }
+  }
+  return true;
+}
+
 // Whether a Hopper forward launch of that kernel head dim and variant takes the warp-specialized
 // kernel (fwd_kernel_sm90_ws.h): FLASH_ATTN_CUTE_SM90_WS (params.sm90_ws) or, by default, where rows
-// see enough keys (fwd_sm90_ws_pays) within the window as the kernel reads it (the plain kernels
-// take theirs from params.is_causal, the kernel's causal flag).
+// see enough keys (fwd_sm90_ws_pays; fewer at hdim 64 where its loads are TMA's) within the window as
+// the kernel reads it (the plain kernels take theirs from params.is_causal, the kernel's causal flag).
 inline bool fwd_sm90_takes_ws(FwdParams const& params, int kernel_head_dim, Variant variant) {
   if (!fwd_sm90_warp_specialized(kernel_head_dim) || params.sm90_ws == 0) return false;
   if (params.sm90_ws == 1) return true;
   const Window window = variant != Variant::kPlain
                             ? params.window
                             : Window{params.is_causal ? params.window.left : -1, params.is_causal ? 0 : -1};
-  return fwd_sm90_ws_pays(kernel_head_dim, params.seqlen_q, params.seqlen_k, window.left, window.right);
+  return fwd_sm90_ws_pays(kernel_head_dim, params.seqlen_q, params.seqlen_k, window.left, window.right,
+                          fwd_ws_tma_fits(params));
 }
 
 // Runs the forward on params.dtype / params.head_dim / params.is_causal. Returns

@@ -379,7 +379,9 @@ cudaError_t launch_fwd_sm90_ws_kernel(FwdParams const& params, cudaStream_t stre
   if (zeroed != cudaSuccess) return zeroed;
   FwdParams p = params;
   FwdWsTma<Traits> tma{};
-  p.ws_tma = FwdWsTma<Traits>::usable(params);
+  const TmaLoads setting = tma_loads_setting();
+  p.ws_tma = setting != TmaLoads::kOff && FwdWsTma<Traits>::usable(params);
+  if (setting == TmaLoads::kRequire && !p.ws_tma) return cudaErrorNotSupported;
   if (p.ws_tma) tma = FwdWsTma<Traits>::make(params);
   kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p, tma);
   return cudaPeekAtLastError();

@@ -15,30 +15,18 @@
 #include <cstring>
 #include <type_traits>
 
+#include "fwd_api.h"
 #include "params.h"
 
 namespace flash_attn_cute {
 
 using namespace cute;
 
-// Whether the TMA loads can run: fixed-length batches reading their own batch entry whole (no
-// varlen, seqused_k, leftpad, kv_batch_idx or page table), 16-byte aligned bases and strides.
-inline bool fwd_ws_tma_fits(FwdParams const& p) {
-  if (p.cu_seqlens_q || p.cu_seqlens_k || p.seqused_k || p.leftpad_k || p.kv_batch_idx || p.block_table) return false;
-  for (const TensorView* v : {&p.q, &p.k, &p.v}) {
-    if (reinterpret_cast<uintptr_t>(v->ptr) % 16 != 0) return false;
-    for (index_t stride : {v->row_stride, v->head_stride, v->batch_stride}) {
-      if (stride <= 0 || stride * 2 % 16 != 0 || stride * 2 >= (index_t(1) << 40)) return false;
-    }
-  }
-  return true;
-}
-
 // The driver's cuTensorMapEncodeTiled, looked up once; null (reported once) where the driver has none.
 inline void* tensor_map_encoder() {
   static void* const encode = [] {
     void* fn = nullptr;
-    cudaDriverEntryPointQueryResult status;
+    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
 #if CUDART_VERSION >= 12050
     const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
                                                              &status);
@@ -46,6 +34,7 @@ inline void* tensor_map_encoder() {
     const cudaError_t err = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &status);
 #endif
     if (err != cudaSuccess || status != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();  // not the launch's error: it falls back to cp.async
       std::fprintf(stderr, "flash_attn_cute: no cuTensorMapEncodeTiled (error %d, status %d): cp.async loads\n",
                    int(err), int(status));
       return static_cast<void*>(nullptr);
@@ -114,12 +103,10 @@ struct FwdWsTma {
   // K and V's batch extent: the glue sets kv_batch for caches only.
   CUTE_HOST_DEVICE static int kv_batch(FwdParams const& p) { return p.kv_batch > 0 ? p.kv_batch : p.batch; }
 
-  // Whether the TMA loads run for these params: they fit, the driver encodes all three, and
-  // FLASH_ATTN_CUTE_SM90_TMA=0 (cp.async loads everywhere, for A / B and tests) is not set.
+  // Whether the TMA loads can run for these params: they fit and the driver encodes all three.
   static bool usable(FwdParams const& p) {
     constexpr bool kFp16 = std::is_same_v<Element, cutlass::half_t>;
-    const char* enabled = std::getenv("FLASH_ATTN_CUTE_SM90_TMA");
-    return !(enabled != nullptr && std::strcmp(enabled, "0") == 0) && fwd_ws_tma_fits(p) &&
+    return fwd_ws_tma_fits(p) &&
            tensor_map_encodes(p.q.ptr, kFp16, p.q, p.seqlen_q, p.head_dim, p.heads, p.batch, Traits::kBlockM, kBoxCols) &&
            tensor_map_encodes(p.k.ptr, kFp16, p.k, p.seqlen_k, p.head_dim, p.heads_k, kv_batch(p), Traits::kBlockN,
                               kBoxCols) &&
@@ -136,5 +123,15 @@ struct FwdWsTma {
                           typename Traits::SmemLayoutKVStage{}, TileKV{}, _1{})};
   }
 };
+
+// FLASH_ATTN_CUTE_SM90_TMA: unset, TMA loads where they can run; "0", cp.async loads everywhere (A / B
+// timing, tests); "require", a launch that cannot use them fails (tests: that TMA really ran).
+enum class TmaLoads { kAuto, kOff, kRequire };
+inline TmaLoads tma_loads_setting() {
+  const char* value = std::getenv("FLASH_ATTN_CUTE_SM90_TMA");
+  if (value == nullptr) return TmaLoads::kAuto;
+  return std::strcmp(value, "0") == 0 ? TmaLoads::kOff : std::strcmp(value, "require") == 0 ? TmaLoads::kRequire
+                                                                                              : TmaLoads::kAuto;
+}
 
 }  // namespace flash_attn_cute

@@ -89,12 +89,15 @@ constexpr int fwd_sm90_ctas_per_sm(int kernel_head_dim, Variant variant) {
 // 2048 keys at hdim 128 and 512 above, where longer steps hide a tile's start and epilogue better.
 // With TMA loads (session 22, two runs each) hdim 64 pays from 512 keys: non-causal 512 298 against
 // 273, causal 1024 270-271 against 266; at 256 (causal 512) it is 6 % slower, 191 against 202-203.
+// With cp.async loads (varlen, seqused_k, caches, unaligned strides) hdim 64 keeps 1024.
 constexpr bool fwd_sm90_warp_specialized(int kernel_head_dim) { return kernel_head_dim >= 64; }
 constexpr FwdTileShape fwd_sm90_ws_tile_shape(int kernel_head_dim) {
   if (kernel_head_dim <= 128) return {128, 128, 12};
   return {128, kernel_head_dim <= 192 ? 96 : 64, 12};
 }
-constexpr int fwd_sm90_ws_min_mean_keys(int kernel_head_dim) { return kernel_head_dim <= 64 ? 512 : 256; }
+constexpr int fwd_sm90_ws_min_mean_keys(int kernel_head_dim, bool tma = true) {
+  return kernel_head_dim > 64 ? 256 : tma ? 512 : 1024;
+}
 
 // The keys a query row sees on average (params.h's Window: left / right, -1 unbounded), near enough
 // for a choice of kernel: the mean over 64 rows spread evenly over the sequence.
@@ -111,9 +114,10 @@ constexpr double fwd_mean_keys_per_row(int seqlen_q, int seqlen_k, int left, int
   return total / kSamples;
 }
 
-constexpr bool fwd_sm90_ws_pays(int kernel_head_dim, int seqlen_q, int seqlen_k, int left, int right) {
+// tma: whether the kernel's loads would be TMA's (fwd_ws_tma_fits).
+constexpr bool fwd_sm90_ws_pays(int kernel_head_dim, int seqlen_q, int seqlen_k, int left, int right, bool tma = true) {
   return fwd_sm90_warp_specialized(kernel_head_dim) &&
-         fwd_mean_keys_per_row(seqlen_q, seqlen_k, left, right) >= fwd_sm90_ws_min_mean_keys(kernel_head_dim);
+         fwd_mean_keys_per_row(seqlen_q, seqlen_k, left, right) >= fwd_sm90_ws_min_mean_keys(kernel_head_dim, tma);
 }
 // The score-mod and dropout forwards at head dim 256 exist warp-specialized only: the three-CTA
 // kernel spilled there (156 and 1040 spill instructions at 255 registers). Where rows see too few

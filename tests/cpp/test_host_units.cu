@@ -158,6 +158,9 @@ void test_tile_table() {
   CHECK(fwd_sm90_ws_pays(64, 1024, 1024, -1, 0) && fwd_sm90_ws_pays(64, 512, 512, -1, -1) &&
             !fwd_sm90_ws_pays(64, 512, 512, -1, 0) && !fwd_sm90_ws_pays(32, 16384, 16384, -1, -1),
         "the warp-specialized kernel at head dim 64 where rows see 512 keys or more");
+  CHECK(!fwd_sm90_ws_pays(64, 1024, 1024, -1, 0, false) && fwd_sm90_ws_pays(64, 1024, 1024, -1, -1, false) &&
+            fwd_sm90_ws_pays(128, 512, 512, -1, 0, false),
+        "with cp.async loads, hdim 64 takes the warp-specialized kernel from 1024 keys a row");
   CHECK_EQ(fwd_sm90_ws_smem_bytes(fwd_sm90_ws_tile_shape(128), 128), 196736, "sm90 ws smem at hdim 128 (with O's)");
   CHECK_EQ(fwd_sm90_ws_smem_bytes(fwd_sm90_ws_tile_shape(256), 256), 196736, "sm90 ws smem at hdim 256 (O in Q's)");
   CHECK(fwd_sm90_ws_separate_o(fwd_sm90_ws_tile_shape(64), 64) && fwd_sm90_ws_separate_o(fwd_sm90_ws_tile_shape(128), 128) &&
