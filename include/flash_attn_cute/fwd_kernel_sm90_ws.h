@@ -2,10 +2,11 @@
 // CTA per SM of three warpgroups, taking its tiles from a counter (tile_order.h). Warpgroup 0, the
 // producer, loads Q and streams K and V through rings of shared-memory buffers (SmemRing, wgmma.h):
 // by TMA where the tensors allow it (fwd_ws_tma.h), else with cp.async as the other kernels' copies
-// (varlen, seqused_k, paged caches, unaligned strides). Warpgroups 1 and 2, the consumers, own 64 query rows each and take
-// turns at the tensor cores (ping-pong): in its turn a consumer issues P V of the previous key
-// block and Q K^T of the next, then runs the softmax while the other consumer's turn keeps the
-// tensor cores busy. Every variant of fwd_kernel.h (plain, score mods, dropout).
+// (varlen, seqused_k, paged caches, unaligned strides). Warpgroups 1 and 2, the consumers, own 64
+// query rows each and take turns at the tensor cores (ping-pong): in its turn a consumer issues
+// P V of the previous key block and Q K^T of the next, then runs the softmax while the other
+// consumer's turn keeps the tensor cores busy. Every variant of fwd_kernel.h (plain, score mods,
+// dropout).
 #pragma once
 
 #include <cute/tensor.hpp>
