@@ -92,7 +92,7 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
       if (tidx == 0) {
         if (range.n_block_max > range.n_block_min) {
           barriers.q.commit_tma(q_use, FwdWsTma<Traits>::kBytesQ);
-          Tensor mQ = tma.q.get_tma_tensor(make_shape(params.seqlen_q, params.head_dim, params.heads, params.batch));
+          Tensor mQ = tma.q.get_tma_tensor(FwdWsTma<Traits>::shape_q(params));
           Tensor gQ = local_tile(mQ(_, _, tile.bidh, tile.bidb), typename FwdWsTma<Traits>::TileQ{},
                                  make_coord(tile.m_block, _0{}));  // (kBlockM, kHeadDim)
           auto cta_tma = tma.q.get_slice(_0{});
@@ -139,8 +139,7 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
       ring.acquire(i);
       if (tidx == 0) {
         ring.commit_tma(i, FwdWsTma<Traits>::kBytesKV);
-        Tensor mKV = tma_kv.get_tma_tensor(make_shape(params.seqlen_k, params.head_dim, params.heads_k,
-                                                      FwdWsTma<Traits>::kv_batch(params)));
+        Tensor mKV = tma_kv.get_tma_tensor(FwdWsTma<Traits>::shape_kv(params));
         Tensor gKV = local_tile(mKV(_, _, bidh_kv, tile.bidb), typename FwdWsTma<Traits>::TileKV{},
                                 make_coord(n_block, _0{}));  // (kBlockN, kHeadDim)
         Tensor sKV = make_tensor(make_smem_ptr(smem_ring + ring.stage(i) * cosize_v<typename Traits::SmemLayoutKVStage>),

@@ -44,25 +44,29 @@ inline void* tensor_map_encoder() {
   return encode;
 }
 
-// Whether the driver encodes a (rows, head_dim, heads, batch) tensor of 16-bit elements with boxes of
+// A TMA tensor's extents: (rows, head_dim, heads, batch).
+using TmaShape = decltype(make_shape(0, 0, 0, 0));
+
+// Whether the driver encodes the tensor `view` of 16-bit elements and that shape with boxes of
 // box_rows x box_cols, as CuTe's make_tma_copy will. CuTe's own call cannot fail quietly: its report
 // goes through std::cerr, and with NDEBUG it carries on with an unset descriptor. So the launch
 // checks each descriptor first and falls back to cp.async where one fails (the first failure is
 // reported with its shape).
-inline bool tensor_map_encodes(void* ptr, bool is_fp16, TensorView const& view, int rows, int head_dim, int heads,
-                               int batch, int box_rows, int box_cols) {
+inline bool tensor_map_encodes(TensorView const& view, TmaShape const& shape, bool is_fp16, int box_rows,
+                               int box_cols) {
   void* const encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                    const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
   CUtensorMap map;
+  const int rows = get<0>(shape), head_dim = get<1>(shape), heads = get<2>(shape), batch = get<3>(shape);
   const cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(batch)};
   const cuuint64_t strides[3] = {cuuint64_t(view.row_stride) * 2, cuuint64_t(view.head_stride) * 2,
                                  cuuint64_t(view.batch_stride) * 2};
   const cuuint32_t box[4] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1, 1}, elem_strides[4] = {1, 1, 1, 1};
   const CUresult r = reinterpret_cast<EncodeTiled>(encode)(
-      &map, is_fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, ptr, dims, strides, box,
+      &map, is_fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, view.ptr, dims, strides, box,
       elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
       box_cols == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -72,7 +76,7 @@ inline bool tensor_map_encodes(void* ptr, bool is_fp16, TensorView const& view, 
                  "flash_attn_cute: cuTensorMapEncodeTiled failed (%d) for shape (%d, %d, %d, %d), strides "
                  "(%lld, %lld, %lld), base %p: cp.async loads\n",
                  int(r), rows, head_dim, heads, batch, (long long)view.row_stride, (long long)view.head_stride,
-                 (long long)view.batch_stride, ptr);
+                 (long long)view.batch_stride, view.ptr);
   }
   return r == CUDA_SUCCESS;
 }
@@ -89,38 +93,39 @@ struct FwdWsTma {
   static constexpr int kBoxCols = Traits::kHeadDim % 64 == 0 ? 64 : 32;  // the swizzle atom's row (kernel_traits_sm90.h)
   static_assert(sizeof(Element) == 2);
 
-  static auto gmem(TensorView const& view, int rows, int head_dim, int heads, int batch) {
-    return make_tensor(make_gmem_ptr(static_cast<Element const*>(view.ptr)), make_shape(rows, head_dim, heads, batch),
+  // The extents the descriptors are built with and the producer indexes: one place for both. K and
+  // V's batch extent: the glue sets kv_batch for caches only.
+  CUTE_HOST_DEVICE static TmaShape shape_q(FwdParams const& p) {
+    return make_shape(p.seqlen_q, p.head_dim, p.heads, p.batch);
+  }
+  CUTE_HOST_DEVICE static TmaShape shape_kv(FwdParams const& p) {
+    return make_shape(p.seqlen_k, p.head_dim, p.heads_k, p.kv_batch > 0 ? p.kv_batch : p.batch);
+  }
+
+  static auto gmem(TensorView const& view, TmaShape const& shape) {
+    return make_tensor(make_gmem_ptr(static_cast<Element const*>(view.ptr)), shape,
                        make_stride(view.row_stride, _1{}, view.head_stride, view.batch_stride));
   }
-  using CopyQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem(TensorView{}, 1, 1, 1, 1), typename Traits::SmemLayoutQ{},
+  using CopyQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem(TensorView{}, TmaShape{}), typename Traits::SmemLayoutQ{},
                                        TileQ{}, _1{}));
-  using CopyKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem(TensorView{}, 1, 1, 1, 1),
+  using CopyKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem(TensorView{}, TmaShape{}),
                                         typename Traits::SmemLayoutKVStage{}, TileKV{}, _1{}));
   CopyQ q;
   CopyKV k, v;
 
-  // K and V's batch extent: the glue sets kv_batch for caches only.
-  CUTE_HOST_DEVICE static int kv_batch(FwdParams const& p) { return p.kv_batch > 0 ? p.kv_batch : p.batch; }
-
   // Whether the TMA loads can run for these params: they fit and the driver encodes all three.
   static bool usable(FwdParams const& p) {
     constexpr bool kFp16 = std::is_same_v<Element, cutlass::half_t>;
-    return fwd_ws_tma_fits(p) &&
-           tensor_map_encodes(p.q.ptr, kFp16, p.q, p.seqlen_q, p.head_dim, p.heads, p.batch, Traits::kBlockM, kBoxCols) &&
-           tensor_map_encodes(p.k.ptr, kFp16, p.k, p.seqlen_k, p.head_dim, p.heads_k, kv_batch(p), Traits::kBlockN,
-                              kBoxCols) &&
-           tensor_map_encodes(p.v.ptr, kFp16, p.v, p.seqlen_k, p.head_dim, p.heads_k, kv_batch(p), Traits::kBlockN,
-                              kBoxCols);
+    return fwd_ws_tma_fits(p) && tensor_map_encodes(p.q, shape_q(p), kFp16, Traits::kBlockM, kBoxCols) &&
+           tensor_map_encodes(p.k, shape_kv(p), kFp16, Traits::kBlockN, kBoxCols) &&
+           tensor_map_encodes(p.v, shape_kv(p), kFp16, Traits::kBlockN, kBoxCols);
   }
 
   static FwdWsTma make(FwdParams const& p) {
-    return {make_tma_copy(SM90_TMA_LOAD{}, gmem(p.q, p.seqlen_q, p.head_dim, p.heads, p.batch),
-                          typename Traits::SmemLayoutQ{}, TileQ{}, _1{}),
-            make_tma_copy(SM90_TMA_LOAD{}, gmem(p.k, p.seqlen_k, p.head_dim, p.heads_k, kv_batch(p)),
-                          typename Traits::SmemLayoutKVStage{}, TileKV{}, _1{}),
-            make_tma_copy(SM90_TMA_LOAD{}, gmem(p.v, p.seqlen_k, p.head_dim, p.heads_k, kv_batch(p)),
-                          typename Traits::SmemLayoutKVStage{}, TileKV{}, _1{})};
+    return {make_tma_copy(SM90_TMA_LOAD{}, gmem(p.q, shape_q(p)), typename Traits::SmemLayoutQ{}, TileQ{}, _1{}),
+            make_tma_copy(SM90_TMA_LOAD{}, gmem(p.k, shape_kv(p)), typename Traits::SmemLayoutKVStage{}, TileKV{}, _1{}),
+            make_tma_copy(SM90_TMA_LOAD{}, gmem(p.v, shape_kv(p)), typename Traits::SmemLayoutKVStage{}, TileKV{},
+                          _1{})};
   }
 };
 
