@@ -53,7 +53,8 @@ __global__ void __launch_bounds__(SplitCombineShape<kHeadDim>::kThreads)
   const int r = blockIdx.x * (Shape::kWarps / warps_per_row) + warp / warps_per_row;
   const int part = warp % warps_per_row;  // this warp's chunks: part, part + warps_per_row, ...
   const int bidb = blockIdx.y, bidh = blockIdx.z;
-  wait_for_prior_grid();  // the split kernel's partial results
+  wait_for_prior_grid();    // the split kernel's partial results
+  allow_dependent_launch();  // the next split kernel (a decode loop's next call) may start
   const BlockInfo binfo(params, bidb);
   const bool has_row = r < binfo.seqlen_q;  // no return: the warps of a row meet at a barrier
   const index_t row = binfo.lse_offset(params, bidb, bidh) + r;

@@ -236,8 +236,14 @@ __global__ void __launch_bounds__(Traits::kNThreads * (Is_split ? kMaxSplitWarps
     flash_fwd_kernel(__grid_constant__ const FwdParams params) {
   extern __shared__ __align__(128) char smem[];
   if constexpr (kVariant == Variant::kDropout) record_rng_state(params.dropout);
-  // The combine kernel (launched dependent: launch.h) may start once every split CTA is running.
-  if constexpr (Is_split) allow_dependent_launch();
+  // A split kernel launched dependent (split_launch_dependent) may start while the kernel before it
+  // (a decode step's last, often the previous call's combine) finishes, and waits for its memory
+  // here (a no-op after an ordinary launch). The combine kernel, launched dependent, may start once
+  // every split CTA is running.
+  if constexpr (Is_split) {
+    wait_for_prior_grid();
+    allow_dependent_launch();
+  }
   const int warps = Is_split ? split_warps(params.num_splits) : 1;
   const int m_blocks = Is_split ? int(gridDim.x) / split_ctas(params.num_splits) : int(gridDim.x);
   const int split = Is_split ? int(blockIdx.x) / m_blocks * warps + int(threadIdx.x) / Traits::kNThreads : 0;

@@ -22,6 +22,10 @@ cudaError_t launch_fwd_kernel(FwdParams const& params, cudaStream_t stream) {
   }
   const int m_blocks = ceil_div(params.seqlen_q, Traits::kBlockM);
   const dim3 grid(m_blocks * (kIsSplit ? split_ctas(params.num_splits) : 1), params.batch, params.heads);
+  if (kIsSplit && split_launch_dependent(params.batch, params.heads_k, params.seqlen_k, params.head_dim,
+                                         int(sizeof(typename Traits::Element)))) {
+    return launch_dependent(kernel, grid, dim3(Traits::kNThreads * warps), smem_bytes, stream, params);
+  }
   kernel<<<grid, Traits::kNThreads * warps, smem_bytes, stream>>>(params);
   return cudaPeekAtLastError();
 }

@@ -753,6 +753,16 @@ void test_split_heuristic() {
   CHECK_EQ(num_splits_heuristic(64, 1056, 256, 128), 16, "decode 64 CTAs, 256 key blocks, 1056 slots");
   CHECK_EQ(num_splits_heuristic(132, 132, 64, 128), 1, "a full wave is not split");
   CHECK_EQ(num_splits_heuristic(1, 132, 1, 128), 1, "one key block is not split");
+  // The dependent launch: bench_decode's short points (8 KV heads, hdim 128, bf16) take it, the
+  // long ones do not; 64 MiB of keys and values is the edge.
+  CHECK(split_launch_dependent(1, 8, 1024, 128, 2), "batch 1 over 1k keys: dependent");
+  CHECK(split_launch_dependent(8, 8, 1024, 128, 2), "batch 8 over 1k keys: dependent");
+  CHECK(split_launch_dependent(1, 8, 8192, 128, 2), "batch 1 over 8k keys: dependent");
+  CHECK(split_launch_dependent(1, 8, 16384, 128, 2), "64 MiB: dependent");
+  CHECK(!split_launch_dependent(1, 8, 16385, 128, 2), "just past 64 MiB: ordinary");
+  CHECK(!split_launch_dependent(8, 8, 8192, 128, 2), "batch 8 over 8k keys: ordinary");
+  CHECK(!split_launch_dependent(1, 8, 131072, 128, 2), "batch 1 over 128k keys: ordinary");
+  CHECK(!split_launch_dependent(64, 8, 131072, 256, 4), "no int overflow at 64 x 128k x 256 fp32");
 }
 
 void test_split_range() {
