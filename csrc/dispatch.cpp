@@ -3,6 +3,7 @@
 #include "flash_attn_cute/bwd_api.h"
 #include "flash_attn_cute/fwd_api.h"
 #include "generated/bwd_instances.h"
+#include "generated/bwd_sm90_instances.h"
 #include "generated/fwd_instances.h"
 #include "generated/fwd_sm90_instances.h"
 
@@ -35,6 +36,13 @@ cudaError_t run_fwd_dispatch(FwdParams const& params, cudaStream_t stream) {
 }
 
 cudaError_t run_bwd_dispatch(BwdParams const& params, cudaStream_t stream) {
+  if (params.use_sm90 && params.sm90_bwd && !params.deterministic) {
+#define FLASH_TRY_SM90(DT, HDIM, CAUSAL, EVEN_K, VARIANT)                  \
+  if (matches(params, DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT)) \
+    return run_bwd_sm90<DType::DT, HDIM, CAUSAL, EVEN_K>(params, stream);
+    FLASH_BWD_SM90_INSTANCES(FLASH_TRY_SM90)
+#undef FLASH_TRY_SM90
+  }
 #define FLASH_TRY(DT, HDIM, CAUSAL, EVEN_K, VARIANT)                  \
   if (matches(params, DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT)) \
     return run_bwd<DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT>(params, stream);
