@@ -6,7 +6,7 @@ import torch
 
 import flash_attn_cute as fac
 from flash_attn_cute._ops import BUILT_BWD_SM90_KERNELS, kernel_head_dim
-from flash_attn_cute.reference import attention_varlen_ref
+from flash_attn_cute.reference import attention_ref, attention_varlen_ref
 
 from test_bwd import _check_grads, _dense_ref, _grads_of
 from test_fwd import _randn
@@ -62,4 +62,26 @@ def test_hopper_bwd_varlen_uneven_and_empty_sequences(causal):
     fn = lambda q, k, v: fac.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(seqlens_q), max(seqlens_k),  # noqa: E731
                                                     causal=causal)
     ref = lambda q, k, v, **kw: attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal, **kw)[0]  # noqa: E731
+    assert any("flash_bwd_sm90_kernel" in n for n in _kernel_names(lambda: _grads_of(fn, (q, k, v), dout)))
     _check_grads(_grads_of(fn, (q, k, v), dout), ref, (q, k, v), dout)
+
+
+@pytest.mark.parametrize("left", [0, 100, 511])
+def test_hopper_bwd_causal_left_window(left):
+    """Causal with a left window runs the plain causal kernel, its left edge masked at run time."""
+    _require_built(torch.bfloat16, 128, True)
+    torch.manual_seed(2)
+    q, k, v, dout = (_randn(2, 1000, 8, 128, dtype=torch.bfloat16) for _ in range(4))
+    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, causal=True, window_size=(left, 0))  # noqa: E731
+    assert any("flash_bwd_sm90_kernel" in n for n in _kernel_names(lambda: _grads_of(fn, (q, k, v), dout)))
+    ref = lambda q, k, v, **kw: attention_ref(q, k, v, causal=True, window_size=(left, 0), **kw)[0]  # noqa: E731
+    _check_grads(_grads_of(fn, (q, k, v), dout), ref, (q, k, v), dout)
+
+
+def test_hopper_bwd_leaves_deterministic_to_the_sm80_kernel():
+    _require_built(torch.bfloat16, 128, False)
+    q, k, v, dout = (_randn(2, 512, 8, 128, dtype=torch.bfloat16) for _ in range(4))
+    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, deterministic=True)  # noqa: E731
+    names = _kernel_names(lambda: _grads_of(fn, (q, k, v), dout))
+    assert not any("flash_bwd_sm90_kernel" in n for n in names) and any("flash_bwd_kernel" in n for n in names)
+    _check_grads(_grads_of(fn, (q, k, v), dout), _dense_ref(False), (q, k, v), dout)

@@ -1,4 +1,4 @@
-// WORK IN PROGRESS (branch sm90-bwd, not wired to the dispatcher, never run): the Hopper backward
+// WORK IN PROGRESS (branch sm90-bwd, never run; taken only with FLASH_ATTN_CUTE_SM90_BWD=1): the Hopper backward
 // (sm_90a warpgroup MMAs), plain variant. One CTA per (key block of kBlockN = 128 keys, batch, KV
 // head), two warpgroups of 64 keys each; K and V stay in shared memory, dK and dV in registers,
 // while the CTA walks the query row blocks (64 rows) of every query head of its KV head's group:
@@ -188,22 +188,28 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     Tensor rdS = convert_type<Element>(tdPrdP);
     Tensor tdVrP = make_tensor(rP.data(), acc_layout_as_A(rP.layout()));
     Tensor tdKrdS = make_tensor(rdS.data(), acc_layout_as_A(rdS.layout()));
-    wgmma_issue<false>(mma_dkv, tdVrP, tdVrdOt(_, _, _, slot), acc_dv);
-    wgmma_issue<false>(mma_dkv, tdKrdS, tdKrQt(_, _, _, slot), acc_dk);
-    // dS^T into shared memory for dQ = dS K (ordinary stores, read by the async proxy).
+    // dS^T into shared memory for dQ = dS K (ordinary stores, read by the async proxy), before any
+    // MMA reads rdS's registers.
     copy(copy_ds, copy_ds.get_thread_slice(tidx).retile_S(rdS), tdSsdS);
+    wgmma_issue<false>(mma_dkv, tdVrP, tdVrdOt(_, _, _, slot), acc_dv);
     cutlass::arch::fence_view_async_shared();
     __syncthreads();
+    // dQ, then dK; the dQ additions run while dK's MMAs do (the groups complete in order).
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // (MMA, MMA_M, MMA_N)
     wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
-    warpgroup_mma_done(acc_dv, acc_dk, acc_dq, tdVrP, tdKrdS);
+    wgmma_issue<false>(mma_dkv, tdKrdS, tdKrQt(_, _, _, slot), acc_dk);
+    warpgroup_wait<1>();
+    warpgroup_fence_operand(acc_dq);
     float* gdQaccum = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
                       index_t(m_start) * params.dq_accum_row_stride;
 #pragma unroll
     for (int i = 0; i < size(acc_dq); i += 2) {  // pairs of adjacent columns
       const int row = get<0>(tdQcdQ(i)), col = get<1>(tdQcdQ(i));
-      if (row < rows_left) atomic_add_pair(gdQaccum + index_t(row) * params.dq_accum_row_stride + col, acc_dq(i), acc_dq(i + 1));
+      if (row < rows_left && col < params.head_dim) {
+        atomic_add_pair(gdQaccum + index_t(row) * params.dq_accum_row_stride + col, acc_dq(i), acc_dq(i + 1));
+      }
     }
+    warpgroup_mma_done(acc_dv, acc_dk, tdVrP, tdKrdS);  // before the next step reuses Q's slot and these registers
   };
 
   if (range.m_block_max > range.m_block_min) {
@@ -222,7 +228,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
       for (int i = 0; i < steps; ++i, slot ^= 1) {
         const int m_block = range.m_block_min + i;
         const bool last_of_head = i + 1 == steps;
-        bwd_step(bidh, m_block, slot, range.is_masked(m_block) || n_start + kBlockN > binfo.seqlen_k,
+        bwd_step(bidh, m_block, slot, range.is_masked(m_block),
                  !last_of_head || bidh + 1 < bidh_end, last_of_head ? bidh + 1 : bidh,
                  last_of_head ? range.m_block_min : m_block + 1);
       }
@@ -265,7 +271,10 @@ template <class Traits, bool Is_causal, bool Is_even_K>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_sm90_kernel(__grid_constant__ const BwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) char smem[];
-  bwd_sm90_col_block<Traits, Is_causal, Is_even_K>(params, smem, blockIdx.x, blockIdx.y, blockIdx.z);
+  // The SM80 backward's grid order (bwd_grid_key_block_major): causal key block 0, the heaviest, first.
+  const int n_block = Is_causal ? blockIdx.z : blockIdx.x;
+  const int bidh_kv = Is_causal ? blockIdx.x : blockIdx.z;
+  bwd_sm90_col_block<Traits, Is_causal, Is_even_K>(params, smem, n_block, blockIdx.y, bidh_kv);
 #else
   __trap();
 #endif
@@ -282,7 +291,8 @@ cudaError_t run_bwd_sm90(BwdParams const& params, cudaStream_t stream) {
   auto kernel = flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK>;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
-  const dim3 grid(ceil_div(params.seqlen_k, Traits::kBlockN), params.batch, params.heads_k);
+  const int n_blocks = ceil_div(params.seqlen_k, Traits::kBlockN);
+  const dim3 grid = kIsCausal ? dim3(params.heads_k, params.batch, n_blocks) : dim3(n_blocks, params.batch, params.heads_k);
   kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(params);
   err = cudaPeekAtLastError();
   if (err != cudaSuccess) return err;
