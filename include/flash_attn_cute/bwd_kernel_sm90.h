@@ -123,10 +123,13 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   };
   auto load_step = [&](int bidh, int m_block, int slot) {
     const int rows_left = binfo.seqlen_q - m_block * kBlockM;
-    if (tidx < 2 * kBlockM && tidx % kBlockM < rows_left) {  // LSE and D (rows past seqlen_q: see bwd_step)
+    // LSE and D; rows past seqlen_q get LSE +inf and D 0, so that their P and dS are 0.
+    if (tidx < 2 * kBlockM && tidx % kBlockM < rows_left) {
       const index_t at = binfo.lse_offset(params, bidb, bidh) + index_t(m_block) * kBlockM + tidx % kBlockM;
       SM80_CP_ASYNC_CACHEALWAYS<float>::copy(tidx < kBlockM ? params.softmax_lse_ptr[at] : params.dsoftmax_sum_ptr[at],
                                              sLseD[slot * 2 * kBlockM + tidx]);
+    } else if (tidx < 2 * kBlockM) {
+      sLseD[slot * 2 * kBlockM + tidx] = tidx < kBlockM ? INFINITY : 0.f;
     }
     load_rows(params.q, sQ, bidh, m_block, slot);
     load_rows(params.dout, sdO, bidh, m_block, slot);
@@ -158,7 +161,8 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // -> (row, col)
 
   // One query row block of head bidh; its Q, dO, LSE and D are in flight into `slot`.
-  auto bwd_step = [&](int bidh, int m_block, int slot, bool masked, bool has_next, int next_bidh, int next_m_block) {
+  auto bwd_step = [&](int bidh, int m_block, int slot, auto is_masked, bool has_next, int next_bidh, int next_m_block) {
+    constexpr bool kMasked = decltype(is_masked)::value;
     const int m_start = m_block * kBlockM;
     wait_copies_and_sync();  // this slot has landed; every thread is done with the other slot and dS
     if (has_next) load_step(next_bidh, next_m_block, slot ^ 1);
@@ -173,15 +177,16 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
 #pragma unroll
     for (int i = 0; i < size(tSrS); ++i) {
       const int key = get<0>(tScS(i)), row = get<1>(tScS(i));
-      // Rows past seqlen_q: LSE +inf, so P = 0 (their LSE and D were not loaded).
-      const float lse_log2 = row < rows_left ? lse[row] * float(M_LOG2E) : INFINITY;
-      const int diag = m_start + row + binfo.seqlen_k - binfo.seqlen_q;  // the row's last visible key, causal
-      const int col = int(n_start) + key;
-      const bool visible = !masked || (col < binfo.seqlen_k &&
-                                       (!Is_causal || (col <= diag && (window.left < 0 || col >= diag - window.left))));
+      const float lse_log2 = lse[row] * float(M_LOG2E);
+      bool visible = true;
+      if constexpr (kMasked) {
+        const int diag = m_start + row + binfo.seqlen_k - binfo.seqlen_q;  // the row's last visible key, causal
+        const int col = int(n_start) + key;
+        visible = col < binfo.seqlen_k && (!Is_causal || (col <= diag && (window.left < 0 || col >= diag - window.left)));
+      }
       const float p = visible ? exp2f(tSrS(i) * params.softmax_scale_log2 - lse_log2) : 0.f;
       tSrS(i) = p;
-      tdPrdP(i) = p * (tdPrdP(i) - (row < rows_left ? dsum[row] : 0.f));
+      tdPrdP(i) = p * (tdPrdP(i) - dsum[row]);
     }
     // P^T and dS^T as the A operands of dV += P^T dO and dK += dS^T Q.
     Tensor rP = convert_type<Element>(tSrS);
@@ -228,9 +233,14 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
       for (int i = 0; i < steps; ++i, slot ^= 1) {
         const int m_block = range.m_block_min + i;
         const bool last_of_head = i + 1 == steps;
-        bwd_step(bidh, m_block, slot, range.is_masked(m_block),
-                 !last_of_head || bidh + 1 < bidh_end, last_of_head ? bidh + 1 : bidh,
-                 last_of_head ? range.m_block_min : m_block + 1);
+        const bool has_next = !last_of_head || bidh + 1 < bidh_end;
+        const int next_bidh = last_of_head ? bidh + 1 : bidh;
+        const int next_m_block = last_of_head ? range.m_block_min : m_block + 1;
+        if (range.is_masked(m_block)) {
+          bwd_step(bidh, m_block, slot, cute::true_type{}, has_next, next_bidh, next_m_block);
+        } else {
+          bwd_step(bidh, m_block, slot, cute::false_type{}, has_next, next_bidh, next_m_block);
+        }
       }
     }
   }
