@@ -1,8 +1,6 @@
 // Torch glue for the backward: checks the tensors, allocates the fp32 scratch (D, the dQ
 // accumulator and, when deterministic, its counters), fills BwdParams and dispatches.
 #include <ATen/ATen.h>
-#include <cstdlib>
-#include <string>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -79,8 +77,6 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   params.dq_accum_head_stride = dq_accum.stride(-3);
   params.dq_accum_varlen_pad = p.varlen ? block_m : 0;
   params.deterministic = deterministic;
-  const char* sm90_bwd = std::getenv("FLASH_ATTN_CUTE_SM90_BWD");  // read at every call: A / B in one process
-  params.sm90_bwd = sm90_bwd != nullptr && std::string(sm90_bwd) == "1";
   params.dq_semaphore = deterministic ? dq_semaphore.data_ptr<int>() : nullptr;
   params.dq_rotate = bwd_dq_rotate(deterministic, params.window, n_blocks, params.num_sms);
   const cudaError_t err = run_bwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());

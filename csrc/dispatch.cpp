@@ -1,5 +1,8 @@
 // Maps a runtime (dtype, head dim, causal, variant) to the instantiation this build compiled,
 // for the forward and the backward. The lists come from csrc/features.py.
+#include <cstdlib>
+#include <string>
+
 #include "flash_attn_cute/bwd_api.h"
 #include "flash_attn_cute/fwd_api.h"
 #include "generated/bwd_instances.h"
@@ -35,8 +38,11 @@ cudaError_t run_fwd_dispatch(FwdParams const& params, cudaStream_t stream) {
   return cudaErrorNotSupported;
 }
 
+// The Hopper backward (bwd_kernel_sm90.h) takes the plain, non-deterministic calls it is built for,
+// unless FLASH_ATTN_CUTE_SM90_BWD=0 (read at every call, so that one process can time both).
 cudaError_t run_bwd_dispatch(BwdParams const& params, cudaStream_t stream) {
-  if (params.use_sm90 && params.sm90_bwd && !params.deterministic) {
+  const char* sm90_bwd = std::getenv("FLASH_ATTN_CUTE_SM90_BWD");
+  if (params.use_sm90 && !params.deterministic && !(sm90_bwd != nullptr && std::string(sm90_bwd) == "0")) {
 #define FLASH_TRY_SM90(DT, HDIM, CAUSAL, EVEN_K, VARIANT)                  \
   if (matches(params, DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT)) \
     return run_bwd_sm90<DType::DT, HDIM, CAUSAL, EVEN_K>(params, stream);

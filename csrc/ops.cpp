@@ -76,7 +76,7 @@ pybind11::list built_fwd_sm90_kernels() {
   return kernels;
 }
 
-// The (dtype, kernel head dim, causal, variant) Hopper backward kernels (work in progress) in this build.
+// The (dtype, kernel head dim, causal, variant) Hopper backward kernels in this build.
 pybind11::list built_bwd_sm90_kernels() {
   pybind11::list kernels;
   FLASH_BWD_SM90_INSTANCES(FLASH_KERNEL_LIST)
@@ -94,5 +94,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("built_fwd_sm90_kernels", &built_fwd_sm90_kernels,
         "(dtype, kernel head dim, causal, variant) Hopper forward kernels in this build");
   m.def("built_bwd_sm90_kernels", &built_bwd_sm90_kernels,
-        "(dtype, kernel head dim, causal, variant) Hopper backward kernels in this build (work in progress)");
+        "(dtype, kernel head dim, causal, variant) Hopper backward kernels in this build");
 }

@@ -1,6 +1,7 @@
-"""The Hopper backward (bwd_kernel_sm90.h, work in progress, taken with FLASH_ATTN_CUTE_SM90_BWD=1)
-against the float32 reference: the plain variant at kernel head dims 64 and 128 (and the head dims
-below them), causal or not, MHA / GQA / MQA, seqlen_q above and below seqlen_k, varlen."""
+"""The Hopper backward (bwd_kernel_sm90.h), which plain, non-deterministic calls take on compute
+capability 9.0, against the float32 reference: kernel head dims 64 and 128 (and the head dims below
+them), causal or not, MHA / GQA / MQA, seqlen_q above and below seqlen_k, varlen. Also the SM80
+backward on the same device (FLASH_ATTN_CUTE_SM90_BWD=0), which Ampere runs."""
 import pytest
 import torch
 
@@ -16,11 +17,6 @@ pytestmark = [pytest.mark.cuda, pytest.mark.sm90]
 
 SEQLENS = [(1, 239), (113, 203), (127, 513), (512, 256), (1023, 1024), (2048, 2048)]
 HEADS = {"mha": (8, 8), "gqa": (8, 2), "mqa": (8, 1)}
-
-
-@pytest.fixture(autouse=True)
-def hopper_backward(monkeypatch):
-    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_BWD", "1")
 
 
 def _require_built(dtype, head_dim, causal):
@@ -85,3 +81,22 @@ def test_hopper_bwd_leaves_deterministic_to_the_sm80_kernel():
     names = _kernel_names(lambda: _grads_of(fn, (q, k, v), dout))
     assert not any("flash_bwd_sm90_kernel" in n for n in names) and any("flash_bwd_kernel" in n for n in names)
     _check_grads(_grads_of(fn, (q, k, v), dout), _dense_ref(False), (q, k, v), dout)
+
+
+@pytest.mark.parametrize("heads", ["mha", "gqa"])
+@pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024)], ids=["113x203", "1023x1024"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_sm80_bwd_on_hopper_when_switched_off(monkeypatch, head_dim, causal, seqlens, heads):
+    """FLASH_ATTN_CUTE_SM90_BWD=0 keeps the SM80 backward (Ampere's), which must stay right here too."""
+    _require_built(torch.bfloat16, head_dim, causal)
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_BWD", "0")
+    (seqlen_q, seqlen_k), (nheads, nheads_k) = seqlens, HEADS[heads]
+    torch.manual_seed(3)
+    q = _randn(2, seqlen_q, nheads, head_dim, dtype=torch.bfloat16)
+    k, v = (_randn(2, seqlen_k, nheads_k, head_dim, dtype=torch.bfloat16) for _ in range(2))
+    dout = _randn(2, seqlen_q, nheads, head_dim, dtype=torch.bfloat16)
+    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, causal=causal)  # noqa: E731
+    names = _kernel_names(lambda: _grads_of(fn, (q, k, v), dout))
+    assert not any("flash_bwd_sm90_kernel" in n for n in names) and any("flash_bwd_kernel" in n for n in names)
+    _check_grads(_grads_of(fn, (q, k, v), dout), _dense_ref(causal), (q, k, v), dout)

@@ -1,13 +1,16 @@
-// WORK IN PROGRESS (branch sm90-bwd, never run; taken only with FLASH_ATTN_CUTE_SM90_BWD=1): the Hopper backward
-// (sm_90a warpgroup MMAs), plain variant. One CTA per (key block of kBlockN = 128 keys, batch, KV
-// head), two warpgroups of 64 keys each; K and V stay in shared memory, dK and dV in registers,
-// while the CTA walks the query row blocks (64 rows) of every query head of its KV head's group:
+// The Hopper backward (sm_90a warpgroup MMAs), plain variant, which non-deterministic calls take on
+// compute capability 9.0 (dispatch.cpp; FLASH_ATTN_CUTE_SM90_BWD=0 keeps the SM80 kernels).
+// One CTA per (key block of kBlockN = 128 keys, batch, KV head), two warpgroups of 64 keys each;
+// K and V stay in shared memory, dK and dV in registers, while the CTA walks the query row blocks
+// (64 rows) of every query head of its KV head's group:
 //   S^T = K Q^T, dP^T = V dO^T          (warpgroup MMAs from shared memory: rows are keys)
 //   P^T = exp2(S^T * scale log2(e) - LSE log2(e)),  dS^T = P^T * (dP^T - D)   (LSE, D per column)
 //   dV += P^T dO, dK += dS^T Q          (P^T and dS^T straight from the registers; dO, Q MN-major)
 //   dQ += dS K                          (dS^T through shared memory; the warpgroups split head_dim)
 // dQ goes into the fp32 accumulator by vector reductions, row-major (bwd_convert_dq_rows_kernel).
-// Q, dO, LSE and D are double-buffered by cp.async as in the SM80 backward (bwd_kernel.h).
+// Q, dO, LSE and D are double-buffered by cp.async as in the SM80 backward (bwd_kernel.h). The
+// masked row blocks (causal diagonal, left window edge, ragged last key block) run a loop body of
+// their own, so that the others test no key or row.
 #pragma once
 
 #include <cute/atom/mma_traits_sm90_gmma.hpp>

@@ -165,9 +165,6 @@ struct FwdParams {
 // The backward reads everything the forward did (q, k, v, o, softmax_lse, sizes, scales) plus:
 struct BwdParams : FwdParams {
   TensorView dout, dq, dk, dv;  // dk, dv: (batch, seqlen_k, heads_k, dim), summed over each group
-  // FLASH_ATTN_CUTE_SM90_BWD=1: the Hopper backward (bwd_kernel_sm90.h, work in progress) where it
-  // is built (plain variant, not deterministic); else the SM80 kernels.
-  bool sm90_bwd = false;
 
   // D = rowsum(dO * O), fp32, laid out exactly like softmax_lse (same strides).
   float* dsoftmax_sum_ptr = nullptr;
