@@ -7,7 +7,9 @@
 //   P^T = exp2(S^T * scale log2(e) - LSE log2(e)),  dS^T = P^T * (dP^T - D)   (LSE, D per column)
 //   dV += P^T dO, dK += dS^T Q          (P^T and dS^T straight from the registers; dO, Q MN-major)
 //   dQ += dS K                          (dS^T through shared memory; the warpgroups split head_dim)
-// dQ goes into the fp32 accumulator by vector reductions, row-major (bwd_convert_dq_rows_kernel).
+// dQ goes into the fp32 accumulator by vector reductions in fragment order, as the SM80 backward's
+// (DqAccumulator, bwd_epilogue.h): one base address and constant offsets, no row or column tests,
+// each warp's reduction 256 contiguous bytes (bwd_convert_dq_sm90_kernel reads them back).
 // Q, dO, LSE and D are double-buffered by cp.async as in the SM80 backward (bwd_kernel.h). The
 // masked row blocks (causal diagonal, left window edge, ragged last key block) run a loop body of
 // their own, so that the others test no key or row.
@@ -78,6 +80,11 @@ struct BwdKernelTraitsSm90 {
   using GmemTiledCopy = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyAsync;
   using GmemTiledCopyOut = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyStore;
   using SmemCopyAtomOut = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
+  // dQ's tiles in the accumulator: kBlockM rows of one row block, which the accumulator's padding
+  // (bwd_api.cpp: whole SM80 row blocks per sequence) holds whole.
+  using DqAccum = DqAccumulator<kBlockM, kHeadDim, kNThreads / 32>;
+  static_assert(bwd_tile_shape(kHeadDim).block_m % kBlockM == 0, "the accumulator's row blocks hold whole tiles");
+  static_assert(dq_accum_row_floats(kHeadDim) == kHeadDim, "a tile's rows are contiguous");
 };
 
 template <class Traits, bool Is_causal, bool Is_even_K>
@@ -161,7 +168,6 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   clear(acc_dv);
   auto copy_ds = make_tiled_copy_C(typename Traits::SmemCopyAtomdS{}, mma_sdp);
   Tensor tdSsdS = copy_ds.get_thread_slice(tidx).partition_D(sdSt);  // (CPY, CPY_M, CPY_N)
-  Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // -> (row, col)
 
   // One query row block of head bidh; its Q, dO, LSE and D are in flight into `slot`.
   auto bwd_step = [&](int bidh, int m_block, int slot, auto is_masked, bool has_next, int next_bidh, int next_m_block) {
@@ -176,7 +182,6 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     warpgroup_mma_done(tSrS, tdPrdP);
     float const* lse = sLseD + slot * 2 * kBlockM;
     float const* dsum = lse + kBlockM;
-    const int rows_left = binfo.seqlen_q - m_start;
 #pragma unroll
     for (int i = 0; i < size(tSrS); ++i) {
       const int key = get<0>(tScS(i)), row = get<1>(tScS(i));
@@ -208,14 +213,12 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     wgmma_issue<false>(mma_dkv, tdKrdS, tdKrQt(_, _, _, slot), acc_dk);
     warpgroup_wait<1>();
     warpgroup_fence_operand(acc_dq);
-    float* gdQaccum = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
-                      index_t(m_start) * params.dq_accum_row_stride;
+    // The whole tile: rows past seqlen_q and columns past head_dim add 0 (P = 0, K's zeros).
+    float* tile = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
+                  index_t(m_start) * params.dq_accum_row_stride;
 #pragma unroll
-    for (int i = 0; i < size(acc_dq); i += 2) {  // pairs of adjacent columns
-      const int row = get<0>(tdQcdQ(i)), col = get<1>(tdQcdQ(i));
-      if (row < rows_left && col < params.head_dim) {
-        atomic_add_pair(gdQaccum + index_t(row) * params.dq_accum_row_stride + col, acc_dq(i), acc_dq(i + 1));
-      }
+    for (int i = 0; i < size(acc_dq); i += 2) {
+      atomic_add_pair(Traits::DqAccum::fragment_pair(tile, i), acc_dq(i), acc_dq(i + 1));
     }
     warpgroup_mma_done(acc_dv, acc_dk, tdVrP, tdKrdS);  // before the next step reuses Q's slot and these registers
   };
@@ -262,21 +265,37 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
       mma_dkv, convert_type<Element>(acc_dv), sV, gdV, keys_left, params.head_dim, tidx, sync);
 }
 
-// dQ = ds_scale() * the row-major fp32 accumulator, in the element type: one thread per 4 columns,
-// grid (ceil_div(seqlen_q, kRows), batch, heads).
-template <class Element, int kHeadDim>
-__global__ void __launch_bounds__(256) bwd_convert_dq_rows_kernel(__grid_constant__ const BwdParams params) {
-  constexpr int kVectors = kHeadDim / 4, kRows = 256 / kVectors;
-  const int bidb = blockIdx.y, bidh = blockIdx.z;
+// dQ = ds_scale() * the fp32 accumulator, in the element type. Grid (ceil_div(seqlen_q, kBlockM),
+// batch, heads), kNThreads threads: thread t reads back the pairs its namesake added in the main
+// kernel (fragment order) and learns their (row, col) from the same dQ MMA partition.
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kNThreads) bwd_convert_dq_sm90_kernel(__grid_constant__ const BwdParams params) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  const int m_block = blockIdx.x, bidb = blockIdx.y, bidh = blockIdx.z;
   const BlockInfo binfo(params, bidb);
-  const int row = blockIdx.x * kRows + int(threadIdx.x) / kVectors, col = int(threadIdx.x) % kVectors * 4;
-  if (row >= binfo.seqlen_q || col >= params.head_dim) return;
-  float const* acc = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) + index_t(row) * params.dq_accum_row_stride + col;
-  Element* dq = static_cast<Element*>(params.dq.ptr) + binfo.q_offset(params.dq, bidb, bidh) + index_t(row) * params.dq.row_stride + col;
+  const int rows_left = binfo.seqlen_q - m_block * kBlockM;
+  if (rows_left <= 0) return;
+  float* tile = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
+                index_t(m_block) * kBlockM * params.dq_accum_row_stride;
+  Element* gdQ = static_cast<Element*>(params.dq.ptr) + binfo.q_offset(params.dq, bidb, bidh) +
+                 index_t(m_block) * kBlockM * params.dq.row_stride;
+  typename Traits::TiledMmadQ mma_dq;
+  Tensor tdQcdQ = mma_dq.get_thread_slice(threadIdx.x).partition_C(
+      make_identity_tensor(Shape<Int<kBlockM>, Int<Traits::kHeadDim>>{}));  // (MMA, MMA_M, MMA_N) -> (row, col)
   const float scale = params.ds_scale();
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    if (col + e < params.head_dim) dq[e] = Element(acc[e] * scale);
+  for (int i = 0; i < size(tdQcdQ); i += 2) {  // (i, i + 1): adjacent columns of one row
+    const int row = get<0>(tdQcdQ(i)), col = get<1>(tdQcdQ(i));
+    const float2 pair = *reinterpret_cast<float2 const*>(Traits::DqAccum::fragment_pair(tile, i));
+    if (row < rows_left && col < params.head_dim) {
+      cutlass::Array<float, 2> in;
+      in[0] = pair.x * scale;
+      in[1] = pair.y * scale;
+      cutlass::AlignedArray<Element, 2> out;
+      static_cast<cutlass::Array<Element, 2>&>(out) = cutlass::NumericArrayConverter<Element, float, 2>{}(in);
+      *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(gdQ + row * params.dq.row_stride + col) = out;
+    }
   }
 }
 
@@ -309,9 +328,8 @@ cudaError_t run_bwd_sm90(BwdParams const& params, cudaStream_t stream) {
   kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(params);
   err = cudaPeekAtLastError();
   if (err != cudaSuccess) return err;
-  constexpr int kRows = 256 / (kHeadDim / 4);
-  const dim3 convert_grid(ceil_div(params.seqlen_q, kRows), params.batch, params.heads);
-  bwd_convert_dq_rows_kernel<Element, kHeadDim><<<convert_grid, 256, 0, stream>>>(params);
+  const dim3 convert_grid(ceil_div(params.seqlen_q, Traits::kBlockM), params.batch, params.heads);
+  bwd_convert_dq_sm90_kernel<Traits><<<convert_grid, Traits::kNThreads, 0, stream>>>(params);
   return cudaPeekAtLastError();
 }
 
