@@ -7,9 +7,11 @@
 //   P^T = exp2(S^T * scale log2(e) - LSE log2(e)),  dS^T = P^T * (dP^T - D)   (LSE, D per column)
 //   dV += P^T dO, dK += dS^T Q          (P^T and dS^T straight from the registers; dO, Q MN-major)
 //   dQ += dS K                          (dS^T through shared memory; the warpgroups split head_dim)
-// dQ goes into the fp32 accumulator by vector reductions in fragment order, as the SM80 backward's
-// (DqAccumulator, bwd_epilogue.h): one base address and constant offsets, no row or column tests,
-// each warp's reduction 256 contiguous bytes (bwd_convert_dq_sm90_kernel reads them back).
+// dQ goes into the fp32 accumulator in fragment order, as the SM80 backward's (DqAccumulator,
+// bwd_epilogue.h; bwd_convert_dq_sm90_kernel reads it back): each thread stores its fragment into a
+// shared-memory image of the tile, and after the next CTA barrier one thread adds the whole tile
+// with one bulk reduction. (Atomics from every thread would leave reductions in flight at the next
+// proxy fence, whose MEMBAR waits for them.)
 // Q, dO, LSE and D are double-buffered by cp.async as in the SM80 backward (bwd_kernel.h). The
 // masked row blocks (causal diagonal, left window edge, ragged last key block) run a loop body of
 // their own, so that the others test no key or row.
@@ -32,6 +34,18 @@
 namespace flash_attn_cute {
 
 using namespace cute;
+
+// One bulk reduction (sm_90, PTX ISA 8.0): adds `bytes` of fp32 from shared to global memory, the
+// additions done by the memory system; bulk_commit closes this thread's reductions into a group,
+// bulk_wait_read waits until its groups have read their shared memory, bulk_wait until they are done.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, float const* smem, int bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(gmem),
+               "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem))), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
 template <int kHeadDim_, typename Element_>
 struct BwdKernelTraitsSm90 {
@@ -74,7 +88,10 @@ struct BwdKernelTraitsSm90 {
   static constexpr int kSmemdSElems = cosize_v<SmemLayoutdSt>;
   // Q x 2, dO x 2, K, V, dS^T, then the fp32 LSE (log2 units) and D of each slot.
   static constexpr int kSmemLseDOffset = (2 * kSmemQElems + 2 * kSmemKVElems + kSmemdSElems) * int(sizeof(Element));
-  static constexpr int kSmemBytes = kSmemLseDOffset + 2 * 2 * kBlockM * int(sizeof(float));
+  // Then dQ's tile image, fp32 in fragment order (DqAccum), 128-byte aligned for the bulk reduction.
+  static constexpr int kSmemdQOffset = (kSmemLseDOffset + 2 * 2 * kBlockM * int(sizeof(float)) + 127) / 128 * 128;
+  static constexpr int kDqTileBytes = kBlockM * kHeadDim * int(sizeof(float));
+  static constexpr int kSmemBytes = kSmemdQOffset + kDqTileBytes;
   static_assert(kSmemBytes <= 227 * 1024);
 
   using GmemTiledCopy = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyAsync;
@@ -109,6 +126,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   Element* smem_v = smem_k + Traits::kSmemKVElems;
   Element* smem_ds = smem_v + Traits::kSmemKVElems;
   float* sLseD = reinterpret_cast<float*>(smem + Traits::kSmemLseDOffset);  // (slot, LSE / D, kBlockM)
+  float* sdQ = reinterpret_cast<float*>(smem + Traits::kSmemdQOffset);        // a dQ tile, fragment order
   Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});     // (kBlockM, kHeadDim, slot)
   Tensor sdO = make_tensor(make_smem_ptr(smem_do), typename Traits::SmemLayoutQ{});   // (kBlockM, kHeadDim, slot)
   Tensor sQt = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQt{});   // (kHeadDim, kBlockM, slot)
@@ -169,11 +187,22 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   auto copy_ds = make_tiled_copy_C(typename Traits::SmemCopyAtomdS{}, mma_sdp);
   Tensor tdSsdS = copy_ds.get_thread_slice(tidx).partition_D(sdSt);  // (CPY, CPY_M, CPY_N)
 
+  // The accumulator tile whose image sdQ holds, not yet added (nullptr: none). After a CTA barrier
+  // that follows every thread's stores and proxy fence, thread 0 adds it.
+  float* dq_pending = nullptr;
+  auto add_pending_dq = [&] {
+    if (tidx == 0 && dq_pending != nullptr) {
+      bulk_reduce_add_f32(dq_pending, sdQ, Traits::kDqTileBytes);
+      bulk_commit();
+    }
+  };
+
   // One query row block of head bidh; its Q, dO, LSE and D are in flight into `slot`.
   auto bwd_step = [&](int bidh, int m_block, int slot, auto is_masked, bool has_next, int next_bidh, int next_m_block) {
     constexpr bool kMasked = decltype(is_masked)::value;
     const int m_start = m_block * kBlockM;
     wait_copies_and_sync();  // this slot has landed; every thread is done with the other slot and dS
+    add_pending_dq();        // the previous step's dQ (the barrier above follows its stores and fence)
     if (has_next) load_step(next_bidh, next_m_block, slot ^ 1);
     Tensor tSrS = partition_fragment_C(mma_sdp, tile_nm);   // (MMA, MMA_M, MMA_N)
     Tensor tdPrdP = partition_fragment_C(mma_sdp, tile_nm); // (MMA, MMA_M, MMA_N)
@@ -205,6 +234,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     // MMA reads rdS's registers.
     copy(copy_ds, copy_ds.get_thread_slice(tidx).retile_S(rdS), tdSsdS);
     wgmma_issue<false>(mma_dkv, tdVrP, tdVrdOt(_, _, _, slot), acc_dv);
+    if (tidx == 0) bulk_wait_read();  // the previous dQ's reduction has read sdQ, which is stored below
     cutlass::arch::fence_view_async_shared();
     __syncthreads();
     // dQ, then dK; the dQ additions run while dK's MMAs do (the groups complete in order).
@@ -214,12 +244,12 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     warpgroup_wait<1>();
     warpgroup_fence_operand(acc_dq);
     // The whole tile: rows past seqlen_q and columns past head_dim add 0 (P = 0, K's zeros).
-    float* tile = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
-                  index_t(m_start) * params.dq_accum_row_stride;
 #pragma unroll
     for (int i = 0; i < size(acc_dq); i += 2) {
-      atomic_add_pair(Traits::DqAccum::fragment_pair(tile, i), acc_dq(i), acc_dq(i + 1));
+      *reinterpret_cast<float2*>(Traits::DqAccum::fragment_pair(sdQ, i)) = make_float2(acc_dq(i), acc_dq(i + 1));
     }
+    dq_pending = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
+                 index_t(m_start) * params.dq_accum_row_stride;
     warpgroup_mma_done(acc_dv, acc_dk, tdVrP, tdKrdS);  // before the next step reuses Q's slot and these registers
   };
 
@@ -250,8 +280,11 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
       }
     }
   }
-  // dK and dV (0 where no query row saw these keys), through K's and V's shared memory.
+  // The last dQ tile; dK and dV (0 where no query row saw these keys), through K's and V's shared
+  // memory.
+  cutlass::arch::fence_view_async_shared();
   __syncthreads();
+  add_pending_dq();
 #pragma unroll
   for (int i = 0; i < size(acc_dk); ++i) {
     acc_dk(i) *= params.ds_scale();
@@ -263,6 +296,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
       mma_dkv, convert_type<Element>(acc_dk), sK, gdK, keys_left, params.head_dim, tidx, sync);
   store_tile_via_smem<typename Traits::SmemCopyAtomOut, typename Traits::GmemTiledCopyOut, Is_even_K>(
       mma_dkv, convert_type<Element>(acc_dv), sV, gdV, keys_left, params.head_dim, tidx, sync);
+  if (tidx == 0) bulk_wait();  // the CTA's shared memory lives until its last reduction is done
 }
 
 // dQ = ds_scale() * the fp32 accumulator, in the element type. Grid (ceil_div(seqlen_q, kBlockM),
