@@ -1,7 +1,8 @@
 """The Hopper backward (bwd_kernel_sm90.h), which plain, non-deterministic calls take on compute
-capability 9.0, against the float32 reference: kernel head dims 64 and 128 (and the head dims below
-them), causal or not, MHA / GQA / MQA, seqlen_q above and below seqlen_k, varlen. Also the SM80
-backward on the same device (FLASH_ATTN_CUTE_SM90_BWD=0), which Ampere runs."""
+capability 9.0 (short causal calls keep the SM80 kernel), against the float32 reference with the
+kernel forced (FLASH_ATTN_CUTE_SM90_BWD=1): kernel head dims 64 and 128 (and the head dims below
+them), causal or not, MHA / GQA / MQA, seqlen_q above and below seqlen_k, varlen. Also the default
+dispatch, and the SM80 backward on the same device (FLASH_ATTN_CUTE_SM90_BWD=0), which Ampere runs."""
 import pytest
 import torch
 
@@ -17,6 +18,12 @@ pytestmark = [pytest.mark.cuda, pytest.mark.sm90]
 
 SEQLENS = [(1, 239), (113, 203), (127, 513), (512, 256), (1023, 1024), (2048, 2048)]
 HEADS = {"mha": (8, 8), "gqa": (8, 2), "mqa": (8, 1)}
+
+
+@pytest.fixture(autouse=True)
+def hopper_backward_forced(monkeypatch):
+    """Every call that the Hopper kernel is built for takes it (tests may switch it off)."""
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_BWD", "1")
 
 
 def _require_built(dtype, head_dim, causal):
@@ -99,4 +106,20 @@ def test_sm80_bwd_on_hopper_when_switched_off(monkeypatch, head_dim, causal, seq
     fn = lambda q, k, v: fac.flash_attn_func(q, k, v, causal=causal)  # noqa: E731
     names = _kernel_names(lambda: _grads_of(fn, (q, k, v), dout))
     assert not any("flash_bwd_sm90_kernel" in n for n in names) and any("flash_bwd_kernel" in n for n in names)
+    _check_grads(_grads_of(fn, (q, k, v), dout), _dense_ref(causal), (q, k, v), dout)
+
+
+@pytest.mark.parametrize("causal, seqlen, hopper", [(True, 512, False), (True, 1024, False), (True, 1025, True),
+                                                    (False, 512, True)])
+def test_default_dispatch_keeps_short_causal_calls_on_the_sm80_kernel(monkeypatch, causal, seqlen, hopper):
+    """Unset, FLASH_ATTN_CUTE_SM90_BWD leaves causal calls over at most 1024 query rows to the SM80
+    kernel (dispatch.cpp, bwd_takes_sm90); the result is right either way."""
+    _require_built(torch.bfloat16, 128, causal)
+    monkeypatch.delenv("FLASH_ATTN_CUTE_SM90_BWD")
+    torch.manual_seed(5)
+    q, k, v, dout = (_randn(1, seqlen, 4, 128, dtype=torch.bfloat16) for _ in range(4))
+    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, causal=causal)  # noqa: E731
+    names = _kernel_names(lambda: _grads_of(fn, (q, k, v), dout))
+    assert any("flash_bwd_sm90_kernel" in n for n in names) == hopper, names
+    assert any("flash_bwd_kernel" in n for n in names) != hopper, names
     _check_grads(_grads_of(fn, (q, k, v), dout), _dense_ref(causal), (q, k, v), dout)

@@ -1,5 +1,5 @@
 // The Hopper backward (sm_90a warpgroup MMAs), plain variant, which non-deterministic calls take on
-// compute capability 9.0 (dispatch.cpp; FLASH_ATTN_CUTE_SM90_BWD=0 keeps the SM80 kernels).
+// compute capability 9.0, except short causal ones (dispatch.cpp, bwd_takes_sm90).
 // One CTA per (key block of kBlockN = 128 keys, batch, KV head), two warpgroups of 64 keys each;
 // K and V stay in shared memory, dK and dV in registers, while the CTA walks the query row blocks
 // (64 rows) of every query head of its KV head's group:
@@ -10,8 +10,11 @@
 // dQ goes into the fp32 accumulator in fragment order, as the SM80 backward's (DqAccumulator,
 // bwd_epilogue.h; bwd_convert_dq_sm90_kernel reads it back): each thread stores its fragment into a
 // shared-memory image of the tile, and after the next CTA barrier one thread adds the whole tile
-// with one bulk reduction. (Atomics from every thread would leave reductions in flight at the next
-// proxy fence, whose MEMBAR waits for them.)
+// with one bulk reduction. Measured on H200 (bf16, hdim 128, 16k tokens, non-causal): 436 TFLOP/s,
+// against 422 with fragment-order atomics from every thread and 359 with atomics in the MMA
+// layout's rows (likely cause, not profiled: reductions still in flight at the next proxy fence,
+// whose MEMBAR waits for them). Computing P^T while dP^T's MMAs run, with dV's MMAs issued before
+// dS^T, was 3.5 % slower.
 // Q, dO, LSE and D are double-buffered by cp.async as in the SM80 backward (bwd_kernel.h). The
 // masked row blocks (causal diagonal, left window edge, ragged last key block) run a loop body of
 // their own, so that the others test no key or row.
