@@ -6,6 +6,7 @@
 #include "flash_attn_cute/bwd_api.h"
 #include "flash_attn_cute/fwd_api.h"
 #include "generated/bwd_instances.h"
+#include "generated/bwd_sm90_instances.h"
 #include "generated/fwd_instances.h"
 #include "generated/fwd_sm90_instances.h"
 #include "torch_api.h"
@@ -74,6 +75,13 @@ pybind11::list built_fwd_sm90_kernels() {
   FLASH_FWD_SM90_INSTANCES(FLASH_KERNEL_LIST)
   return kernels;
 }
+
+// The (dtype, kernel head dim, causal, variant) Hopper backward kernels in this build.
+pybind11::list built_bwd_sm90_kernels() {
+  pybind11::list kernels;
+  FLASH_BWD_SM90_INSTANCES(FLASH_KERNEL_LIST)
+  return kernels;
+}
 #undef FLASH_KERNEL_LIST
 
 }  // namespace
@@ -85,4 +93,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "(dtype, kernel head dim, causal, variant) backward kernels in this build");
   m.def("built_fwd_sm90_kernels", &built_fwd_sm90_kernels,
         "(dtype, kernel head dim, causal, variant) Hopper forward kernels in this build");
+  m.def("built_bwd_sm90_kernels", &built_bwd_sm90_kernels,
+        "(dtype, kernel head dim, causal, variant) Hopper backward kernels in this build");
 }

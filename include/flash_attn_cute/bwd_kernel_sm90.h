@@ -1,0 +1,373 @@
+// The Hopper backward (sm_90a warpgroup MMAs), plain variant, which non-deterministic calls take on
+// compute capability 9.0, except short causal ones (dispatch.cpp, bwd_takes_sm90).
+// One CTA per (key block of kBlockN = 128 keys, batch, KV head), two warpgroups of 64 keys each;
+// K and V stay in shared memory, dK and dV in registers, while the CTA walks the query row blocks
+// (64 rows) of every query head of its KV head's group:
+//   S^T = K Q^T, dP^T = V dO^T          (warpgroup MMAs from shared memory: rows are keys)
+//   P^T = exp2(S^T * scale log2(e) - LSE log2(e)),  dS^T = P^T * (dP^T - D)   (LSE, D per column)
+//   dV += P^T dO, dK += dS^T Q          (P^T and dS^T straight from the registers; dO, Q MN-major)
+//   dQ += dS K                          (dS^T through shared memory; the warpgroups split head_dim)
+// dQ goes into the fp32 accumulator in fragment order, as the SM80 backward's (DqAccumulator,
+// bwd_epilogue.h; bwd_convert_dq_sm90_kernel reads it back): each thread stores its fragment into a
+// shared-memory image of the tile, and after the next CTA barrier one thread adds the whole tile
+// with one bulk reduction. Measured on H200 (bf16, hdim 128, 16k tokens, non-causal): 436 TFLOP/s,
+// against 422 with fragment-order atomics from every thread and 359 with atomics in the MMA
+// layout's rows (likely cause, not profiled: reductions still in flight at the next proxy fence,
+// whose MEMBAR waits for them). Computing P^T while dP^T's MMAs run, with dV's MMAs issued before
+// dS^T, was 3.5 % slower.
+// Q, dO, LSE and D are double-buffered by cp.async as in the SM80 backward (bwd_kernel.h). The
+// masked row blocks (causal diagonal, left window edge, ragged last key block) run a loop body of
+// their own, so that the others test no key or row.
+#pragma once
+
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/tensor.hpp>
+
+#include "block_info.h"
+#include "bwd_api.h"
+#include "bwd_epilogue.h"
+#include "bwd_preprocess.h"
+#include "kernel_traits.h"
+#include "kernel_traits_sm90.h"
+#include "params.h"
+#include "row_walk.h"
+#include "utils.h"
+#include "wgmma.h"
+
+namespace flash_attn_cute {
+
+using namespace cute;
+
+// One bulk reduction (sm_90, PTX ISA 8.0): adds `bytes` of fp32 from shared to global memory, the
+// additions done by the memory system; bulk_commit closes this thread's reductions into a group,
+// bulk_wait_read waits until its groups have read their shared memory, bulk_wait until they are done.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, float const* smem, int bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(gmem),
+               "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem))), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
+template <int kHeadDim_, typename Element_>
+struct BwdKernelTraitsSm90 {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 64;   // query rows per step
+  static constexpr int kBlockN = 128;  // keys per CTA, 64 per warpgroup
+  static constexpr int kNThreads = 256;
+  static_assert(kHeadDim % 64 == 0, "128-byte swizzled rows");
+
+  using KeysLayout = Layout<Shape<_2, _1, _1>>;  // the warpgroups split the keys (M)
+  // S^T = K Q^T and dP^T = V dO^T: (M, N, K) = (keys, queries, head_dim) of one warpgroup.
+  using TiledMmaSdP = decltype(make_tiled_mma(
+      SM90::GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockM>, Int<kHeadDim>>>(), KeysLayout{}));
+  // dV += P^T dO and dK += dS^T Q: (keys, head_dim, queries), A from registers, B read MN-major.
+  using TiledMmadKV = decltype(make_tiled_mma(
+      SM90::GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>,
+                                 SM90::GMMA::Major::K, SM90::GMMA::Major::MN>(),
+      KeysLayout{}));
+  // dQ = dS K: (queries, head_dim, keys), the warpgroups split head_dim (N); A and B read MN-major.
+  using TiledMmadQ = decltype(make_tiled_mma(
+      SM90::GMMA::ss_op_selector<Element, Element, float, Shape<Int<kBlockM>, Int<kHeadDim / 2>, Int<kBlockN>>,
+                                 SM90::GMMA::Major::MN, SM90::GMMA::Major::MN>(),
+      Layout<Shape<_1, _2, _1>>{}));
+
+  // Q and dO: (kBlockM, kHeadDim, slot); K, V: (kBlockN, kHeadDim); dS^T: (kBlockN, kBlockM), its
+  // rows keys. The transposed views: (kHeadDim, kBlockM, slot) of Q and dO, (kHeadDim, kBlockN) of
+  // K, and (kBlockM, kBlockN) of dS^T.
+  using SmemLayoutQ = decltype(tile_to_shape(GmmaSmemAtomK<Element, kHeadDim>{}, Shape<Int<kBlockM>, Int<kHeadDim>, _2>{}));
+  using SmemLayoutQt = decltype(composition(
+      SmemLayoutQ{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, _2>{}, Step<_2, _1, _3>{})));
+  using SmemLayoutKV = decltype(tile_to_shape(GmmaSmemAtomK<Element, kHeadDim>{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  using SmemLayoutKt = decltype(composition(SmemLayoutKV{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
+  using SmemLayoutdSt = decltype(tile_to_shape(GmmaSmemAtomK<Element, kBlockM>{}, Shape<Int<kBlockN>, Int<kBlockM>>{}));
+  using SmemLayoutdS = decltype(composition(SmemLayoutdSt{}, make_layout(Shape<Int<kBlockM>, Int<kBlockN>>{}, GenRowMajor{})));
+  using SmemCopyAtomdS = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
+
+  static constexpr int kSmemQElems = cosize_v<SmemLayoutQ>;  // both slots
+  static constexpr int kSmemKVElems = cosize_v<SmemLayoutKV>;
+  static constexpr int kSmemdSElems = cosize_v<SmemLayoutdSt>;
+  // Q x 2, dO x 2, K, V, dS^T, then the fp32 LSE (log2 units) and D of each slot.
+  static constexpr int kSmemLseDOffset = (2 * kSmemQElems + 2 * kSmemKVElems + kSmemdSElems) * int(sizeof(Element));
+  // Then dQ's tile image, fp32 in fragment order (DqAccum), 128-byte aligned for the bulk reduction.
+  static constexpr int kSmemdQOffset = (kSmemLseDOffset + 2 * 2 * kBlockM * int(sizeof(float)) + 127) / 128 * 128;
+  static constexpr int kDqTileBytes = kBlockM * kHeadDim * int(sizeof(float));
+  static constexpr int kSmemBytes = kSmemdQOffset + kDqTileBytes;
+  static_assert(kSmemBytes <= 227 * 1024);
+
+  using GmemTiledCopy = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyAsync;
+  using GmemTiledCopyOut = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyStore;
+  using SmemCopyAtomOut = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
+  // dQ's tiles in the accumulator: kBlockM rows of one row block, which the accumulator's padding
+  // (bwd_api.cpp: whole SM80 row blocks per sequence) holds whole.
+  using DqAccum = DqAccumulator<kBlockM, kHeadDim, kNThreads / 32>;
+  static_assert(bwd_tile_shape(kHeadDim).block_m % kBlockM == 0, "the accumulator's row blocks hold whole tiles");
+  static_assert(dq_accum_row_floats(kHeadDim) == kHeadDim, "a tile's rows are contiguous");
+};
+
+template <class Traits, bool Is_causal, bool Is_even_K>
+__device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char* smem, int n_block, int bidb,
+                                                   int bidh_kv) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  const int tidx = threadIdx.x;
+  const Window window{Is_causal ? params.window.left : -1, Is_causal ? 0 : -1};
+  const BlockInfo binfo(params, bidb);
+  if (n_block * kBlockN >= binfo.seqlen_k) return;
+  const MBlockRange range = bwd_m_block_range(n_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window);
+  const index_t n_start = index_t(n_block) * kBlockN;
+  const int keys_left = binfo.seqlen_k - int(n_start);
+  auto sync = [] { __syncthreads(); };
+
+  Element* smem_q = reinterpret_cast<Element*>(smem);
+  Element* smem_do = smem_q + Traits::kSmemQElems;
+  Element* smem_k = smem_do + Traits::kSmemQElems;
+  Element* smem_v = smem_k + Traits::kSmemKVElems;
+  Element* smem_ds = smem_v + Traits::kSmemKVElems;
+  float* sLseD = reinterpret_cast<float*>(smem + Traits::kSmemLseDOffset);  // (slot, LSE / D, kBlockM)
+  float* sdQ = reinterpret_cast<float*>(smem + Traits::kSmemdQOffset);        // a dQ tile, fragment order
+  Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});     // (kBlockM, kHeadDim, slot)
+  Tensor sdO = make_tensor(make_smem_ptr(smem_do), typename Traits::SmemLayoutQ{});   // (kBlockM, kHeadDim, slot)
+  Tensor sQt = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQt{});   // (kHeadDim, kBlockM, slot)
+  Tensor sdOt = make_tensor(make_smem_ptr(smem_do), typename Traits::SmemLayoutQt{}); // (kHeadDim, kBlockM, slot)
+  Tensor sK = make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});    // (kBlockN, kHeadDim)
+  Tensor sV = make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutKV{});    // (kBlockN, kHeadDim)
+  Tensor sKt = make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKt{});   // (kHeadDim, kBlockN)
+  Tensor sdSt = make_tensor(make_smem_ptr(smem_ds), typename Traits::SmemLayoutdSt{}); // (kBlockN, kBlockM)
+  Tensor sdS = make_tensor(make_smem_ptr(smem_ds), typename Traits::SmemLayoutdS{});   // (kBlockM, kBlockN)
+
+  // Global -> shared (rows past seqlen and columns past head_dim as zeros).
+  typename Traits::GmemTiledCopy gmem_tiled_copy;
+  auto gmem_thr_copy = gmem_tiled_copy.get_thread_slice(tidx);
+  Tensor tQcQ = gmem_thr_copy.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  Tensor tKVcKV = gmem_thr_copy.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  auto load_rows = [&](TensorView const& view, auto& smem_tile, int bidh, int m_block, int slot) {
+    const int rows_left = binfo.seqlen_q - m_block * kBlockM;
+    Tensor g = gmem_row_tile<kBlockM, kHeadDim>(binfo.q_head<Element>(view, bidb, bidh), view.row_stride,
+                                                index_t(m_block) * kBlockM);
+    copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, gmem_thr_copy.partition_S(g),
+                                   gmem_thr_copy.partition_D(smem_tile(_, _, slot)), tQcQ, rows_left, params.head_dim);
+  };
+  auto load_step = [&](int bidh, int m_block, int slot) {
+    const int rows_left = binfo.seqlen_q - m_block * kBlockM;
+    // LSE and D; rows past seqlen_q get LSE +inf and D 0, so that their P and dS are 0.
+    if (tidx < 2 * kBlockM && tidx % kBlockM < rows_left) {
+      const index_t at = binfo.lse_offset(params, bidb, bidh) + index_t(m_block) * kBlockM + tidx % kBlockM;
+      SM80_CP_ASYNC_CACHEALWAYS<float>::copy(tidx < kBlockM ? params.softmax_lse_ptr[at] : params.dsoftmax_sum_ptr[at],
+                                             sLseD[slot * 2 * kBlockM + tidx]);
+    } else if (tidx < 2 * kBlockM) {
+      sLseD[slot * 2 * kBlockM + tidx] = tidx < kBlockM ? INFINITY : 0.f;
+    }
+    load_rows(params.q, sQ, bidh, m_block, slot);
+    load_rows(params.dout, sdO, bidh, m_block, slot);
+    cp_async_fence();
+  };
+
+  typename Traits::TiledMmaSdP mma_sdp;
+  typename Traits::TiledMmadKV mma_dkv;
+  typename Traits::TiledMmadQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(tidx);
+  auto thr_dkv = mma_dkv.get_thread_slice(tidx);
+  auto thr_dq = mma_dq.get_thread_slice(tidx);
+  Tensor tSrK = thr_sdp.partition_fragment_A(sK);     // (MMA, MMA_M, MMA_K)
+  Tensor tdPrV = thr_sdp.partition_fragment_A(sV);    // (MMA, MMA_M, MMA_K)
+  Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);     // (MMA, MMA_N, MMA_K, slot)
+  Tensor tdPrdO = thr_sdp.partition_fragment_B(sdO);  // (MMA, MMA_N, MMA_K, slot)
+  Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (MMA, MMA_N, MMA_K, slot)
+  Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);    // (MMA, MMA_N, MMA_K, slot)
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);     // (MMA, MMA_M, MMA_K)
+  Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);     // (MMA, MMA_N, MMA_K)
+  auto tile_nm = Shape<Int<kBlockN>, Int<kBlockM>>{};
+  Tensor tScS = thr_sdp.partition_C(make_identity_tensor(tile_nm));  // (MMA, MMA_M, MMA_N) -> (key, query)
+  Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});  // (MMA, MMA_M, MMA_N)
+  Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});  // (MMA, MMA_M, MMA_N)
+  clear(acc_dk);
+  clear(acc_dv);
+  auto copy_ds = make_tiled_copy_C(typename Traits::SmemCopyAtomdS{}, mma_sdp);
+  Tensor tdSsdS = copy_ds.get_thread_slice(tidx).partition_D(sdSt);  // (CPY, CPY_M, CPY_N)
+
+  // The accumulator tile whose image sdQ holds, not yet added (nullptr: none). After a CTA barrier
+  // that follows every thread's stores and proxy fence, thread 0 adds it.
+  float* dq_pending = nullptr;
+  auto add_pending_dq = [&] {
+    if (tidx == 0 && dq_pending != nullptr) {
+      bulk_reduce_add_f32(dq_pending, sdQ, Traits::kDqTileBytes);
+      bulk_commit();
+    }
+  };
+
+  // One query row block of head bidh; its Q, dO, LSE and D are in flight into `slot`.
+  auto bwd_step = [&](int bidh, int m_block, int slot, auto is_masked, bool has_next, int next_bidh, int next_m_block) {
+    constexpr bool kMasked = decltype(is_masked)::value;
+    const int m_start = m_block * kBlockM;
+    wait_copies_and_sync();  // this slot has landed; every thread is done with the other slot and dS
+    add_pending_dq();        // the previous step's dQ (the barrier above follows its stores and fence)
+    if (has_next) load_step(next_bidh, next_m_block, slot ^ 1);
+    Tensor tSrS = partition_fragment_C(mma_sdp, tile_nm);   // (MMA, MMA_M, MMA_N)
+    Tensor tdPrdP = partition_fragment_C(mma_sdp, tile_nm); // (MMA, MMA_M, MMA_N)
+    wgmma_issue<true>(mma_sdp, tSrK, tSrQ(_, _, _, slot), tSrS);
+    wgmma_issue<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, slot), tdPrdP);
+    warpgroup_mma_done(tSrS, tdPrdP);
+    float const* lse = sLseD + slot * 2 * kBlockM;
+    float const* dsum = lse + kBlockM;
+#pragma unroll
+    for (int i = 0; i < size(tSrS); ++i) {
+      const int key = get<0>(tScS(i)), row = get<1>(tScS(i));
+      const float lse_log2 = lse[row] * float(M_LOG2E);
+      bool visible = true;
+      if constexpr (kMasked) {
+        const int diag = m_start + row + binfo.seqlen_k - binfo.seqlen_q;  // the row's last visible key, causal
+        const int col = int(n_start) + key;
+        visible = col < binfo.seqlen_k && (!Is_causal || (col <= diag && (window.left < 0 || col >= diag - window.left)));
+      }
+      const float p = visible ? exp2f(tSrS(i) * params.softmax_scale_log2 - lse_log2) : 0.f;
+      tSrS(i) = p;
+      tdPrdP(i) = p * (tdPrdP(i) - dsum[row]);
+    }
+    // P^T and dS^T as the A operands of dV += P^T dO and dK += dS^T Q.
+    Tensor rP = convert_type<Element>(tSrS);
+    Tensor rdS = convert_type<Element>(tdPrdP);
+    Tensor tdVrP = make_tensor(rP.data(), acc_layout_as_A(rP.layout()));
+    Tensor tdKrdS = make_tensor(rdS.data(), acc_layout_as_A(rdS.layout()));
+    // dS^T into shared memory for dQ = dS K (ordinary stores, read by the async proxy), before any
+    // MMA reads rdS's registers.
+    copy(copy_ds, copy_ds.get_thread_slice(tidx).retile_S(rdS), tdSsdS);
+    wgmma_issue<false>(mma_dkv, tdVrP, tdVrdOt(_, _, _, slot), acc_dv);
+    if (tidx == 0) bulk_wait_read();  // the previous dQ's reduction has read sdQ, which is stored below
+    cutlass::arch::fence_view_async_shared();
+    __syncthreads();
+    // dQ, then dK; the dQ additions run while dK's MMAs do (the groups complete in order).
+    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // (MMA, MMA_M, MMA_N)
+    wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
+    wgmma_issue<false>(mma_dkv, tdKrdS, tdKrQt(_, _, _, slot), acc_dk);
+    warpgroup_wait<1>();
+    warpgroup_fence_operand(acc_dq);
+    // The whole tile: rows past seqlen_q and columns past head_dim add 0 (P = 0, K's zeros).
+#pragma unroll
+    for (int i = 0; i < size(acc_dq); i += 2) {
+      *reinterpret_cast<float2*>(Traits::DqAccum::fragment_pair(sdQ, i)) = make_float2(acc_dq(i), acc_dq(i + 1));
+    }
+    dq_pending = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
+                 index_t(m_start) * params.dq_accum_row_stride;
+    warpgroup_mma_done(acc_dv, acc_dk, tdVrP, tdKrdS);  // before the next step reuses Q's slot and these registers
+  };
+
+  if (range.m_block_max > range.m_block_min) {
+    Tensor gK = gmem_row_tile<kBlockN, kHeadDim>(binfo.k_head<Element>(params.k, bidh_kv), params.k.row_stride, n_start);
+    Tensor gV = gmem_row_tile<kBlockN, kHeadDim>(binfo.k_head<Element>(params.v, bidh_kv), params.v.row_stride, n_start);
+    copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, gmem_thr_copy.partition_S(gK), gmem_thr_copy.partition_D(sK),
+                                   tKVcKV, keys_left, params.head_dim);
+    copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, gmem_thr_copy.partition_S(gV), gmem_thr_copy.partition_D(sV),
+                                   tKVcKV, keys_left, params.head_dim);
+    const int group = params.heads / params.heads_k;
+    const int bidh_begin = bidh_kv * group, bidh_end = bidh_begin + group;
+    const int steps = range.m_block_max - range.m_block_min;
+    load_step(bidh_begin, range.m_block_min, 0);
+    int slot = 0;
+    for (int bidh = bidh_begin; bidh < bidh_end; ++bidh) {
+      for (int i = 0; i < steps; ++i, slot ^= 1) {
+        const int m_block = range.m_block_min + i;
+        const bool last_of_head = i + 1 == steps;
+        const bool has_next = !last_of_head || bidh + 1 < bidh_end;
+        const int next_bidh = last_of_head ? bidh + 1 : bidh;
+        const int next_m_block = last_of_head ? range.m_block_min : m_block + 1;
+        if (range.is_masked(m_block)) {
+          bwd_step(bidh, m_block, slot, cute::true_type{}, has_next, next_bidh, next_m_block);
+        } else {
+          bwd_step(bidh, m_block, slot, cute::false_type{}, has_next, next_bidh, next_m_block);
+        }
+      }
+    }
+  }
+  // The last dQ tile; dK and dV (0 where no query row saw these keys), through K's and V's shared
+  // memory.
+  cutlass::arch::fence_view_async_shared();
+  __syncthreads();
+  add_pending_dq();
+#pragma unroll
+  for (int i = 0; i < size(acc_dk); ++i) {
+    acc_dk(i) *= params.ds_scale();
+    acc_dv(i) *= params.dv_scale();
+  }
+  Tensor gdK = gmem_row_tile<kBlockN, kHeadDim>(binfo.k_head<Element>(params.dk, bidh_kv), params.dk.row_stride, n_start);
+  Tensor gdV = gmem_row_tile<kBlockN, kHeadDim>(binfo.k_head<Element>(params.dv, bidh_kv), params.dv.row_stride, n_start);
+  store_tile_via_smem<typename Traits::SmemCopyAtomOut, typename Traits::GmemTiledCopyOut, Is_even_K>(
+      mma_dkv, convert_type<Element>(acc_dk), sK, gdK, keys_left, params.head_dim, tidx, sync);
+  store_tile_via_smem<typename Traits::SmemCopyAtomOut, typename Traits::GmemTiledCopyOut, Is_even_K>(
+      mma_dkv, convert_type<Element>(acc_dv), sV, gdV, keys_left, params.head_dim, tidx, sync);
+  if (tidx == 0) bulk_wait();  // the CTA's shared memory lives until its last reduction is done
+}
+
+// dQ = ds_scale() * the fp32 accumulator, in the element type. Grid (ceil_div(seqlen_q, kBlockM),
+// batch, heads), kNThreads threads: thread t reads back the pairs its namesake added in the main
+// kernel (fragment order) and learns their (row, col) from the same dQ MMA partition.
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kNThreads) bwd_convert_dq_sm90_kernel(__grid_constant__ const BwdParams params) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  const int m_block = blockIdx.x, bidb = blockIdx.y, bidh = blockIdx.z;
+  const BlockInfo binfo(params, bidb);
+  const int rows_left = binfo.seqlen_q - m_block * kBlockM;
+  if (rows_left <= 0) return;
+  float* tile = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
+                index_t(m_block) * kBlockM * params.dq_accum_row_stride;
+  Element* gdQ = static_cast<Element*>(params.dq.ptr) + binfo.q_offset(params.dq, bidb, bidh) +
+                 index_t(m_block) * kBlockM * params.dq.row_stride;
+  typename Traits::TiledMmadQ mma_dq;
+  Tensor tdQcdQ = mma_dq.get_thread_slice(threadIdx.x).partition_C(
+      make_identity_tensor(Shape<Int<kBlockM>, Int<Traits::kHeadDim>>{}));  // (MMA, MMA_M, MMA_N) -> (row, col)
+  const float scale = params.ds_scale();
+#pragma unroll
+  for (int i = 0; i < size(tdQcdQ); i += 2) {  // (i, i + 1): adjacent columns of one row
+    const int row = get<0>(tdQcdQ(i)), col = get<1>(tdQcdQ(i));
+    const float2 pair = *reinterpret_cast<float2 const*>(Traits::DqAccum::fragment_pair(tile, i));
+    if (row < rows_left && col < params.head_dim) {
+      cutlass::Array<float, 2> in;
+      in[0] = pair.x * scale;
+      in[1] = pair.y * scale;
+      cutlass::AlignedArray<Element, 2> out;
+      static_cast<cutlass::Array<Element, 2>&>(out) = cutlass::NumericArrayConverter<Element, float, 2>{}(in);
+      *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(gdQ + row * params.dq.row_stride + col) = out;
+    }
+  }
+}
+
+template <class Traits, bool Is_causal, bool Is_even_K>
+__global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_sm90_kernel(__grid_constant__ const BwdParams params) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) char smem[];
+  // The SM80 backward's grid order (bwd_grid_key_block_major): causal key block 0, the heaviest, first.
+  const int n_block = Is_causal ? blockIdx.z : blockIdx.x;
+  const int bidh_kv = Is_causal ? blockIdx.x : blockIdx.z;
+  bwd_sm90_col_block<Traits, Is_causal, Is_even_K>(params, smem, n_block, blockIdx.y, bidh_kv);
+#else
+  __trap();
+#endif
+}
+
+// D = rowsum(dO * O) (bwd_preprocess.h), the main kernel, then dQ from its accumulator (zeroed by the
+// caller). The plain variant, not deterministic; grid (key blocks, batch, KV heads).
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK>
+cudaError_t run_bwd_sm90(BwdParams const& params, cudaStream_t stream) {
+  using Element = typename ElementOf<kDType>::type;
+  using Traits = BwdKernelTraitsSm90<kHeadDim, Element>;
+  cudaError_t err = run_row_kernel(bwd_dot_do_o_kernel<Element, Traits::kBlockM, Traits::kBlockN>, params, stream);
+  if (err != cudaSuccess) return err;
+  auto kernel = flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK>;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const int n_blocks = ceil_div(params.seqlen_k, Traits::kBlockN);
+  const dim3 grid = kIsCausal ? dim3(params.heads_k, params.batch, n_blocks) : dim3(n_blocks, params.batch, params.heads_k);
+  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(params);
+  err = cudaPeekAtLastError();
+  if (err != cudaSuccess) return err;
+  const dim3 convert_grid(ceil_div(params.seqlen_q, Traits::kBlockM), params.batch, params.heads);
+  bwd_convert_dq_sm90_kernel<Traits><<<convert_grid, Traits::kNThreads, 0, stream>>>(params);
+  return cudaPeekAtLastError();
+}
+
+}  // namespace flash_attn_cute

@@ -1,0 +1,125 @@
+"""The Hopper backward (bwd_kernel_sm90.h), which plain, non-deterministic calls take on compute
+capability 9.0 (short causal calls keep the SM80 kernel), against the float32 reference with the
+kernel forced (FLASH_ATTN_CUTE_SM90_BWD=1): kernel head dims 64 and 128 (and the head dims below
+them), causal or not, MHA / GQA / MQA, seqlen_q above and below seqlen_k, varlen. Also the default
+dispatch, and the SM80 backward on the same device (FLASH_ATTN_CUTE_SM90_BWD=0), which Ampere runs."""
+import pytest
+import torch
+
+import flash_attn_cute as fac
+from flash_attn_cute._ops import BUILT_BWD_SM90_KERNELS, kernel_head_dim
+from flash_attn_cute.reference import attention_ref, attention_varlen_ref
+
+from test_bwd import _check_grads, _dense_ref, _grads_of
+from test_fwd import _randn
+from test_fwd_sm90 import _kernel_names
+
+pytestmark = [pytest.mark.cuda, pytest.mark.sm90]
+
+SEQLENS = [(1, 239), (113, 203), (127, 513), (512, 256), (1023, 1024), (2048, 2048)]
+HEADS = {"mha": (8, 8), "gqa": (8, 2), "mqa": (8, 1)}
+
+
+@pytest.fixture(autouse=True)
+def hopper_backward_forced(monkeypatch):
+    """Every call that the Hopper kernel is built for takes it (tests may switch it off)."""
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_BWD", "1")
+
+
+def _require_built(dtype, head_dim, causal):
+    name = "fp16" if dtype == torch.float16 else "bf16"
+    if (name, kernel_head_dim(head_dim), causal, "plain") not in BUILT_BWD_SM90_KERNELS:
+        pytest.skip(f"this build has no Hopper backward for {name} hdim {head_dim}")
+
+
+@pytest.mark.parametrize("heads", list(HEADS))
+@pytest.mark.parametrize("seqlens", SEQLENS, ids=[f"{a}x{b}" for a, b in SEQLENS])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [40, 64, 111, 128])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_hopper_bwd_matches_reference(dtype, head_dim, causal, seqlens, heads):
+    _require_built(dtype, head_dim, causal)
+    (seqlen_q, seqlen_k), (nheads, nheads_k) = seqlens, HEADS[heads]
+    torch.manual_seed(0)
+    q = _randn(2, seqlen_q, nheads, head_dim, dtype=dtype)
+    k = _randn(2, seqlen_k, nheads_k, head_dim, dtype=dtype)
+    v = _randn(2, seqlen_k, nheads_k, head_dim, dtype=dtype)
+    dout = _randn(2, seqlen_q, nheads, head_dim, dtype=dtype)
+    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, causal=causal)  # noqa: E731
+    names = _kernel_names(lambda: _grads_of(fn, (q, k, v), dout))
+    assert any("flash_bwd_sm90_kernel" in n for n in names)
+    _check_grads(_grads_of(fn, (q, k, v), dout), _dense_ref(causal), (q, k, v), dout)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_hopper_bwd_varlen_uneven_and_empty_sequences(causal):
+    _require_built(torch.bfloat16, 128, causal)
+    torch.manual_seed(1)
+    seqlens_q, seqlens_k = [5, 0, 300, 129, 1], [17, 9, 0, 300, 64]
+    cu_q = torch.tensor([0] + seqlens_q, device="cuda").cumsum(0).int()
+    cu_k = torch.tensor([0] + seqlens_k, device="cuda").cumsum(0).int()
+    q = _randn(int(cu_q[-1]), 8, 128, dtype=torch.bfloat16)
+    k = _randn(int(cu_k[-1]), 2, 128, dtype=torch.bfloat16)
+    v = _randn(int(cu_k[-1]), 2, 128, dtype=torch.bfloat16)
+    dout = _randn(*q.shape, dtype=torch.bfloat16)
+    fn = lambda q, k, v: fac.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(seqlens_q), max(seqlens_k),  # noqa: E731
+                                                    causal=causal)
+    ref = lambda q, k, v, **kw: attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal, **kw)[0]  # noqa: E731
+    assert any("flash_bwd_sm90_kernel" in n for n in _kernel_names(lambda: _grads_of(fn, (q, k, v), dout)))
+    _check_grads(_grads_of(fn, (q, k, v), dout), ref, (q, k, v), dout)
+
+
+@pytest.mark.parametrize("left", [0, 100, 511])
+def test_hopper_bwd_causal_left_window(left):
+    """Causal with a left window runs the plain causal kernel, its left edge masked at run time."""
+    _require_built(torch.bfloat16, 128, True)
+    torch.manual_seed(2)
+    q, k, v, dout = (_randn(2, 1000, 8, 128, dtype=torch.bfloat16) for _ in range(4))
+    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, causal=True, window_size=(left, 0))  # noqa: E731
+    assert any("flash_bwd_sm90_kernel" in n for n in _kernel_names(lambda: _grads_of(fn, (q, k, v), dout)))
+    ref = lambda q, k, v, **kw: attention_ref(q, k, v, causal=True, window_size=(left, 0), **kw)[0]  # noqa: E731
+    _check_grads(_grads_of(fn, (q, k, v), dout), ref, (q, k, v), dout)
+
+
+def test_hopper_bwd_leaves_deterministic_to_the_sm80_kernel():
+    _require_built(torch.bfloat16, 128, False)
+    q, k, v, dout = (_randn(2, 512, 8, 128, dtype=torch.bfloat16) for _ in range(4))
+    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, deterministic=True)  # noqa: E731
+    names = _kernel_names(lambda: _grads_of(fn, (q, k, v), dout))
+    assert not any("flash_bwd_sm90_kernel" in n for n in names) and any("flash_bwd_kernel" in n for n in names)
+    _check_grads(_grads_of(fn, (q, k, v), dout), _dense_ref(False), (q, k, v), dout)
+
+
+@pytest.mark.parametrize("heads", ["mha", "gqa"])
+@pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024)], ids=["113x203", "1023x1024"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_sm80_bwd_on_hopper_when_switched_off(monkeypatch, head_dim, causal, seqlens, heads):
+    """FLASH_ATTN_CUTE_SM90_BWD=0 keeps the SM80 backward (Ampere's), which must stay right here too."""
+    _require_built(torch.bfloat16, head_dim, causal)
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_BWD", "0")
+    (seqlen_q, seqlen_k), (nheads, nheads_k) = seqlens, HEADS[heads]
+    torch.manual_seed(3)
+    q = _randn(2, seqlen_q, nheads, head_dim, dtype=torch.bfloat16)
+    k, v = (_randn(2, seqlen_k, nheads_k, head_dim, dtype=torch.bfloat16) for _ in range(2))
+    dout = _randn(2, seqlen_q, nheads, head_dim, dtype=torch.bfloat16)
+    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, causal=causal)  # noqa: E731
+    names = _kernel_names(lambda: _grads_of(fn, (q, k, v), dout))
+    assert not any("flash_bwd_sm90_kernel" in n for n in names) and any("flash_bwd_kernel" in n for n in names)
+    _check_grads(_grads_of(fn, (q, k, v), dout), _dense_ref(causal), (q, k, v), dout)
+
+
+@pytest.mark.parametrize("causal, seqlen, hopper", [(True, 512, False), (True, 1024, False), (True, 1025, True),
+                                                    (False, 512, True)])
+def test_default_dispatch_keeps_short_causal_calls_on_the_sm80_kernel(monkeypatch, causal, seqlen, hopper):
+    """Unset, FLASH_ATTN_CUTE_SM90_BWD leaves causal calls over at most 1024 query rows to the SM80
+    kernel (dispatch.cpp, bwd_takes_sm90); the result is right either way."""
+    _require_built(torch.bfloat16, 128, causal)
+    monkeypatch.delenv("FLASH_ATTN_CUTE_SM90_BWD")
+    torch.manual_seed(5)
+    q, k, v, dout = (_randn(1, seqlen, 4, 128, dtype=torch.bfloat16) for _ in range(4))
+    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, causal=causal)  # noqa: E731
+    names = _kernel_names(lambda: _grads_of(fn, (q, k, v), dout))
+    assert any("flash_bwd_sm90_kernel" in n for n in names) == hopper, names
+    assert any("flash_bwd_kernel" in n for n in names) != hopper, names
+    _check_grads(_grads_of(fn, (q, k, v), dout), _dense_ref(causal), (q, k, v), dout)
