@@ -61,7 +61,7 @@ cudaError_t run_bwd_dispatch(BwdParams const& params, cudaStream_t stream) {
   if (bwd_takes_sm90(params)) {
 #define FLASH_TRY_SM90(DT, HDIM, CAUSAL, EVEN_K, VARIANT)                  \
   if (matches(params, DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT)) \
-    return run_bwd_sm90<DType::DT, HDIM, CAUSAL, EVEN_K>(params, stream);
+    return run_bwd_sm90<DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT>(params, stream);
     FLASH_BWD_SM90_INSTANCES(FLASH_TRY_SM90)
 #undef FLASH_TRY_SM90
   }

@@ -1,8 +1,9 @@
-"""The Hopper backward (bwd_kernel_sm90.h), which plain, non-deterministic calls take on compute
-capability 9.0 (short causal calls keep the SM80 kernel), against the float32 reference with the
-kernel forced (FLASH_ATTN_CUTE_SM90_BWD=1): kernel head dims 64 and 128 (and the head dims below
-them), causal or not, MHA / GQA / MQA, seqlen_q above and below seqlen_k, varlen. Also the default
-dispatch, and the SM80 backward on the same device (FLASH_ATTN_CUTE_SM90_BWD=0), which Ampere runs."""
+"""The Hopper backward (bwd_kernel_sm90.h), which non-deterministic calls without dropout take on
+compute capability 9.0 (short causal calls keep the SM80 kernel), against the float32 reference
+with the kernel forced (FLASH_ATTN_CUTE_SM90_BWD=1): kernel head dims 64 and 128 (and the head dims
+below them), causal or not, MHA / GQA / MQA, seqlen_q above and below seqlen_k, varlen, and the
+score mods (softcap, ALiBi, windows, combined). Also the default dispatch, and the SM80 backward on
+the same device (FLASH_ATTN_CUTE_SM90_BWD=0), which Ampere runs."""
 import pytest
 import torch
 
@@ -26,10 +27,10 @@ def hopper_backward_forced(monkeypatch):
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_BWD", "1")
 
 
-def _require_built(dtype, head_dim, causal):
+def _require_built(dtype, head_dim, causal, variant="plain"):
     name = "fp16" if dtype == torch.float16 else "bf16"
-    if (name, kernel_head_dim(head_dim), causal, "plain") not in BUILT_BWD_SM90_KERNELS:
-        pytest.skip(f"this build has no Hopper backward for {name} hdim {head_dim}")
+    if (name, kernel_head_dim(head_dim), causal, variant) not in BUILT_BWD_SM90_KERNELS:
+        pytest.skip(f"this build has no Hopper backward for {name} hdim {head_dim} ({variant})")
 
 
 @pytest.mark.parametrize("heads", list(HEADS))
@@ -123,3 +124,57 @@ def test_default_dispatch_keeps_short_causal_calls_on_the_sm80_kernel(monkeypatc
     assert any("flash_bwd_sm90_kernel" in n for n in names) == hopper, names
     assert any("flash_bwd_kernel" in n for n in names) != hopper, names
     _check_grads(_grads_of(fn, (q, k, v), dout), _dense_ref(causal), (q, k, v), dout)
+
+
+MODS = {
+    "softcap": dict(softcap=30.0),
+    "alibi": dict(alibi=True),
+    "window": dict(window_size=(100, 37)),
+    "left-window": dict(window_size=(200, -1)),
+    "softcap+alibi": dict(softcap=5.0, alibi=True),
+    "window+alibi+softcap": dict(window_size=(64, 0), softcap=10.0, alibi=True),
+}
+
+
+@pytest.mark.parametrize("mods", list(MODS))
+@pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024), (300, 129)], ids=["113x203", "1023x1024", "300x129"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [59, 128])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_hopper_bwd_score_mods(dtype, head_dim, causal, seqlens, mods):
+    """Softcap (the cap's derivative), ALiBi (flash-attn 2.x's bias), windows and their combinations,
+    GQA, against the float32 reference."""
+    _require_built(dtype, head_dim, causal, "mods")
+    (seqlen_q, seqlen_k), (nheads, nheads_k) = seqlens, HEADS["gqa"]
+    kw = dict(MODS[mods])
+    if causal and "window_size" in kw:
+        kw["window_size"] = (kw["window_size"][0], 0)  # causal: a right window of 0
+    torch.manual_seed(6)
+    if kw.pop("alibi", False):
+        kw["alibi_slopes"] = torch.rand(2, nheads, device="cuda", dtype=torch.float32) * 0.3
+    q = _randn(2, seqlen_q, nheads, head_dim, dtype=dtype)
+    k, v = (_randn(2, seqlen_k, nheads_k, head_dim, dtype=dtype) for _ in range(2))
+    dout = _randn(2, seqlen_q, nheads, head_dim, dtype=dtype)
+    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, causal=causal, **kw)  # noqa: E731
+    names = _kernel_names(lambda: _grads_of(fn, (q, k, v), dout))
+    assert any("flash_bwd_sm90_kernel" in n for n in names), names
+    ref = lambda q, k, v, **r: attention_ref(q, k, v, causal=causal, **kw, **r)[0]  # noqa: E731
+    _check_grads(_grads_of(fn, (q, k, v), dout), ref, (q, k, v), dout)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_hopper_bwd_score_mods_varlen(causal):
+    _require_built(torch.bfloat16, 128, causal, "mods")
+    torch.manual_seed(7)
+    seqlens_q, seqlens_k = [5, 0, 300, 129, 1], [17, 9, 0, 300, 64]
+    cu_q = torch.tensor([0] + seqlens_q, device="cuda").cumsum(0).int()
+    cu_k = torch.tensor([0] + seqlens_k, device="cuda").cumsum(0).int()
+    q = _randn(int(cu_q[-1]), 8, 128, dtype=torch.bfloat16)
+    k, v = (_randn(int(cu_k[-1]), 2, 128, dtype=torch.bfloat16) for _ in range(2))
+    dout = _randn(*q.shape, dtype=torch.bfloat16)
+    kw = dict(softcap=20.0, alibi_slopes=torch.rand(8, device="cuda") * 0.2, window_size=(90, 0 if causal else 40))
+    fn = lambda q, k, v: fac.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(seqlens_q), max(seqlens_k),  # noqa: E731
+                                                    causal=causal, **kw)
+    ref = lambda q, k, v, **r: attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal, **kw, **r)[0]  # noqa: E731
+    assert any("flash_bwd_sm90_kernel" in n for n in _kernel_names(lambda: _grads_of(fn, (q, k, v), dout)))
+    _check_grads(_grads_of(fn, (q, k, v), dout), ref, (q, k, v), dout)

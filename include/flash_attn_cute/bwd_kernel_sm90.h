@@ -1,5 +1,6 @@
-// The Hopper backward (sm_90a warpgroup MMAs), plain variant, which non-deterministic calls take on
-// compute capability 9.0, except short causal ones (dispatch.cpp, bwd_takes_sm90).
+// The Hopper backward (sm_90a warpgroup MMAs), plain and score-mod (softcap, ALiBi, any window)
+// variants, which non-deterministic calls take on compute capability 9.0, except short causal ones
+// (dispatch.cpp, bwd_takes_sm90); dropout runs the SM80 backward.
 // One CTA per (key block of kBlockN = 128 keys, batch, KV head), two warpgroups of 64 keys each;
 // K and V stay in shared memory, dK and dV in registers, while the CTA walks the query row blocks
 // (64 rows) of every query head of its KV head's group:
@@ -29,6 +30,7 @@
 #include "bwd_preprocess.h"
 #include "kernel_traits.h"
 #include "kernel_traits_sm90.h"
+#include "mask.h"
 #include "params.h"
 #include "row_walk.h"
 #include "utils.h"
@@ -107,15 +109,19 @@ struct BwdKernelTraitsSm90 {
   static_assert(dq_accum_row_floats(kHeadDim) == kHeadDim, "a tile's rows are contiguous");
 };
 
-template <class Traits, bool Is_causal, bool Is_even_K>
+template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant>
 __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char* smem, int n_block, int bidb,
                                                    int bidh_kv) {
+  static_assert(kVariant != Variant::kDropout, "dropout runs the SM80 backward");
+  constexpr bool Has_mods = kVariant == Variant::kScoreMods;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
   const int tidx = threadIdx.x;
-  const Window window{Is_causal ? params.window.left : -1, Is_causal ? 0 : -1};
+  // The plain kernels see the right edge (causal or none) as a compile-time constant; the causal
+  // ones take a left window at run time.
+  const Window window = Has_mods ? params.window : Window{Is_causal ? params.window.left : -1, Is_causal ? 0 : -1};
   const BlockInfo binfo(params, bidb);
   if (n_block * kBlockN >= binfo.seqlen_k) return;
   const MBlockRange range = bwd_m_block_range(n_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window);
@@ -200,10 +206,16 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     }
   };
 
+  const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
+  [[maybe_unused]] const bool has_softcap = Has_mods && params.softcap > 0.f;
+  [[maybe_unused]] const bool has_alibi = Has_mods && params.alibi_slopes != nullptr;
+  [[maybe_unused]] const bool alibi_causal = alibi_causal_form(window);
+
   // One query row block of head bidh; its Q, dO, LSE and D are in flight into `slot`.
   auto bwd_step = [&](int bidh, int m_block, int slot, auto is_masked, bool has_next, int next_bidh, int next_m_block) {
     constexpr bool kMasked = decltype(is_masked)::value;
     const int m_start = m_block * kBlockM;
+    [[maybe_unused]] const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
     wait_copies_and_sync();  // this slot has landed; every thread is done with the other slot and dS
     add_pending_dq();        // the previous step's dQ (the barrier above follows its stores and fence)
     if (has_next) load_step(next_bidh, next_m_block, slot ^ 1);
@@ -217,16 +229,21 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
 #pragma unroll
     for (int i = 0; i < size(tSrS); ++i) {
       const int key = get<0>(tScS(i)), row = get<1>(tScS(i));
-      const float lse_log2 = lse[row] * float(M_LOG2E);
-      bool visible = true;
-      if constexpr (kMasked) {
-        const int diag = m_start + row + binfo.seqlen_k - binfo.seqlen_q;  // the row's last visible key, causal
-        const int col = int(n_start) + key;
-        visible = col < binfo.seqlen_k && (!Is_causal || (col <= diag && (window.left < 0 || col >= diag - window.left)));
+      const int col = int(n_start) + key;
+      // The score as the forward's softmax saw it (params.h): through the cap, plus ALiBi's bias;
+      // the cap's derivative 1 - tanh^2 goes into dS (score_scale, the rest, is ds_scale()'s).
+      float s = tSrS(i), dcap = 1.f;
+      if constexpr (Has_mods) {
+        if (has_softcap) {
+          s = fast_tanh(s * params.softcap);
+          dcap = 1.f - s * s;
+        }
+        if (has_alibi) s += alibi_slope * alibi_bias(m_start + row, col, binfo.seqlen_q, binfo.seqlen_k, alibi_causal);
       }
-      const float p = visible ? exp2f(tSrS(i) * params.softmax_scale_log2 - lse_log2) : 0.f;
+      const bool visible = !kMasked || mask.key_visible(m_start + row, col);
+      const float p = visible ? exp2f(s * params.softmax_scale_log2 - lse[row] * float(M_LOG2E)) : 0.f;
       tSrS(i) = p;
-      tdPrdP(i) = p * (tdPrdP(i) - dsum[row]);
+      tdPrdP(i) = p * (tdPrdP(i) - dsum[row]) * dcap;
     }
     // P^T and dS^T as the A operands of dV += P^T dO and dK += dS^T Q.
     Tensor rP = convert_type<Element>(tSrS);
@@ -336,28 +353,28 @@ __global__ void __launch_bounds__(Traits::kNThreads) bwd_convert_dq_sm90_kernel(
   }
 }
 
-template <class Traits, bool Is_causal, bool Is_even_K>
+template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_sm90_kernel(__grid_constant__ const BwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) char smem[];
   // The SM80 backward's grid order (bwd_grid_key_block_major): causal key block 0, the heaviest, first.
   const int n_block = Is_causal ? blockIdx.z : blockIdx.x;
   const int bidh_kv = Is_causal ? blockIdx.x : blockIdx.z;
-  bwd_sm90_col_block<Traits, Is_causal, Is_even_K>(params, smem, n_block, blockIdx.y, bidh_kv);
+  bwd_sm90_col_block<Traits, Is_causal, Is_even_K, kVariant>(params, smem, n_block, blockIdx.y, bidh_kv);
 #else
   __trap();
 #endif
 }
 
 // D = rowsum(dO * O) (bwd_preprocess.h), the main kernel, then dQ from its accumulator (zeroed by the
-// caller). The plain variant, not deterministic; grid (key blocks, batch, KV heads).
-template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK>
+// caller). Not deterministic; grid (key blocks, batch, KV heads).
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd_sm90(BwdParams const& params, cudaStream_t stream) {
   using Element = typename ElementOf<kDType>::type;
   using Traits = BwdKernelTraitsSm90<kHeadDim, Element>;
   cudaError_t err = run_row_kernel(bwd_dot_do_o_kernel<Element, Traits::kBlockM, Traits::kBlockN>, params, stream);
   if (err != cudaSuccess) return err;
-  auto kernel = flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK>;
+  auto kernel = flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant>;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int n_blocks = ceil_div(params.seqlen_k, Traits::kBlockN);
