@@ -257,7 +257,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     if (tidx == 0) bulk_wait_read();  // the previous dQ's reduction has read sdQ, which is stored below
     cutlass::arch::fence_view_async_shared();
     __syncthreads();
-    // dQ, then dK; the dQ additions run while dK's MMAs do (the groups complete in order).
+    // dQ, then dK; dQ's stores into sdQ run while dK's MMAs do (the groups complete in order).
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // (MMA, MMA_M, MMA_N)
     wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
     wgmma_issue<false>(mma_dkv, tdKrdS, tdKrQt(_, _, _, slot), acc_dk);
