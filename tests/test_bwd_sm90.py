@@ -178,3 +178,36 @@ def test_hopper_bwd_score_mods_varlen(causal):
     ref = lambda q, k, v, **r: attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal, **kw, **r)[0]  # noqa: E731
     assert any("flash_bwd_sm90_kernel" in n for n in _kernel_names(lambda: _grads_of(fn, (q, k, v), dout)))
     _check_grads(_grads_of(fn, (q, k, v), dout), ref, (q, k, v), dout)
+
+
+@pytest.mark.parametrize("mods", [{}, dict(softcap=20.0), dict(alibi=True, window_size=(90, 40))],
+                         ids=["plain", "softcap", "alibi+window"])
+@pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024), (300, 129)], ids=["113x203", "1023x1024", "300x129"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [59, 128])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_hopper_bwd_dropout(dtype, head_dim, causal, seqlens, mods):
+    """Dropout: the reference applies the mask the forward reports (return_attn_probs), which the
+    Hopper backward must redraw from the forward's rng_state, with and without score mods."""
+    _require_built(dtype, head_dim, causal, "dropout")
+    (seqlen_q, seqlen_k), (nheads, nheads_k) = seqlens, HEADS["gqa"]
+    kw = dict(mods)
+    if causal and "window_size" in kw:
+        kw["window_size"] = (kw["window_size"][0], 0)  # causal: a right window of 0
+    torch.manual_seed(8)
+    if kw.pop("alibi", False):
+        kw["alibi_slopes"] = torch.rand(nheads, device="cuda", dtype=torch.float32) * 0.3
+    q = _randn(2, seqlen_q, nheads, head_dim, dtype=dtype)
+    k, v = (_randn(2, seqlen_k, nheads_k, head_dim, dtype=dtype) for _ in range(2))
+    dout = _randn(2, seqlen_q, nheads, head_dim, dtype=dtype)
+    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, dropout_p=0.17, causal=causal,  # noqa: E731
+                                             return_attn_probs=True, **kw)
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    names = _kernel_names(lambda: torch.autograd.grad(fn(*leaves)[0], leaves, dout))
+    assert any("flash_bwd_sm90_kernel" in n for n in names), names
+    out, _, probs = fn(*leaves)
+    grads = torch.autograd.grad(out, leaves, dout)
+    keep = ~probs.signbit()
+    ref = lambda q, k, v, **r: attention_ref(q, k, v, causal=causal, dropout_p=0.17, dropout_mask=keep,  # noqa: E731
+                                             **kw, **r)[0]
+    _check_grads(grads, ref, (q, k, v), dout)

@@ -1,6 +1,6 @@
-// The Hopper backward (sm_90a warpgroup MMAs), plain and score-mod (softcap, ALiBi, any window)
-// variants, which non-deterministic calls take on compute capability 9.0, except short causal ones
-// (dispatch.cpp, bwd_takes_sm90); dropout runs the SM80 backward.
+// The Hopper backward (sm_90a warpgroup MMAs), plain, score-mod (softcap, ALiBi, any window) and
+// dropout variants, which non-deterministic calls take on compute capability 9.0, except short
+// causal ones (dispatch.cpp, bwd_takes_sm90).
 // One CTA per (key block of kBlockN = 128 keys, batch, KV head), two warpgroups of 64 keys each;
 // K and V stay in shared memory, dK and dV in registers, while the CTA walks the query row blocks
 // (64 rows) of every query head of its KV head's group:
@@ -19,6 +19,9 @@
 // Q, dO, LSE and D are double-buffered by cp.async as in the SM80 backward (bwd_kernel.h). The
 // masked row blocks (causal diagonal, left window edge, ragged last key block) run a loop body of
 // their own, so that the others test no key or row.
+// Dropout's mask follows a queries-by-keys accumulator's lanes (dropout.h), so the dropout variant
+// computes S = Q K^T and dP = dO V^T with queries as rows, applies the SM80 backward's score
+// transforms to them, and takes P^T and dS^T to dV and dK through shared memory (bwd_step_rows).
 #pragma once
 
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
@@ -28,11 +31,13 @@
 #include "bwd_api.h"
 #include "bwd_epilogue.h"
 #include "bwd_preprocess.h"
+#include "dropout.h"
 #include "kernel_traits.h"
 #include "kernel_traits_sm90.h"
 #include "mask.h"
 #include "params.h"
 #include "row_walk.h"
+#include "softmax.h"
 #include "utils.h"
 #include "wgmma.h"
 
@@ -99,6 +104,21 @@ struct BwdKernelTraitsSm90 {
   static constexpr int kSmemBytes = kSmemdQOffset + kDqTileBytes;
   static_assert(kSmemBytes <= 227 * 1024);
 
+  // The dropout variant (bwd_step_rows): S = Q K^T and dP = dO V^T with queries as rows, (queries,
+  // keys, head_dim), the warpgroups split the keys (N); dV += P^T dO and dK += dS^T Q with P^T and
+  // dS^T read from shared memory (K-major: queries contiguous); P^T laid out as dS^T, after the rest
+  // (1024-byte aligned for the MMAs' swizzle).
+  using TiledMmaSdPRows = decltype(make_tiled_mma(
+      SM90::GMMA::ss_op_selector<Element, Element, float, Shape<Int<kBlockM>, _64, Int<kHeadDim>>>(),
+      Layout<Shape<_1, _2, _1>>{}));
+  using TiledMmadKVSmem = decltype(make_tiled_mma(
+      SM90::GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>,
+                                 SM90::GMMA::Major::K, SM90::GMMA::Major::MN>(),
+      KeysLayout{}));
+  static constexpr int kSmemPOffset = (kSmemBytes + 1023) / 1024 * 1024;
+  static constexpr int kSmemBytesDropout = kSmemPOffset + kSmemdSElems * int(sizeof(Element));
+  static_assert(kSmemBytesDropout <= 227 * 1024);
+
   using GmemTiledCopy = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyAsync;
   using GmemTiledCopyOut = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyStore;
   using SmemCopyAtomOut = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
@@ -112,8 +132,8 @@ struct BwdKernelTraitsSm90 {
 template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant>
 __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char* smem, int n_block, int bidb,
                                                    int bidh_kv) {
-  static_assert(kVariant != Variant::kDropout, "dropout runs the SM80 backward");
-  constexpr bool Has_mods = kVariant == Variant::kScoreMods;
+  constexpr bool Is_dropout = kVariant == Variant::kDropout;
+  constexpr bool Has_mods = kVariant != Variant::kPlain;  // dropout calls may carry score mods too
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -196,6 +216,32 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   auto copy_ds = make_tiled_copy_C(typename Traits::SmemCopyAtomdS{}, mma_sdp);
   Tensor tdSsdS = copy_ds.get_thread_slice(tidx).partition_D(sdSt);  // (CPY, CPY_M, CPY_N)
 
+  // The dropout variant's operands (bwd_step_rows): Q and dO as A, K and V as B; P^T (in the dropout
+  // variant's extra shared memory) and dS^T as dV's and dK's A; the scores' (query, key) coordinates.
+  typename Traits::TiledMmaSdPRows mma_sdp_rows;
+  typename Traits::TiledMmadKVSmem mma_dkv_smem;
+  auto thr_sdp_rows = mma_sdp_rows.get_thread_slice(tidx);
+  auto thr_dkv_smem = mma_dkv_smem.get_thread_slice(tidx);
+  Element* smem_p = reinterpret_cast<Element*>(smem + Traits::kSmemPOffset);
+  Tensor sPt = make_tensor(make_smem_ptr(smem_p), typename Traits::SmemLayoutdSt{});  // (kBlockN, kBlockM)
+  Tensor sP = make_tensor(make_smem_ptr(smem_p), typename Traits::SmemLayoutdS{});    // (kBlockM, kBlockN)
+  Tensor tSrQr = thr_sdp_rows.partition_fragment_A(sQ);    // (MMA, MMA_M, MMA_K, slot)
+  Tensor tdPrdOr = thr_sdp_rows.partition_fragment_A(sdO); // (MMA, MMA_M, MMA_K, slot)
+  Tensor tSrKr = thr_sdp_rows.partition_fragment_B(sK);    // (MMA, MMA_N, MMA_K)
+  Tensor tdPrVr = thr_sdp_rows.partition_fragment_B(sV);   // (MMA, MMA_N, MMA_K)
+  Tensor tdVsPt = thr_dkv_smem.partition_fragment_A(sPt);   // (MMA, MMA_M, MMA_K)
+  Tensor tdKsdSt = thr_dkv_smem.partition_fragment_A(sdSt); // (MMA, MMA_M, MMA_K)
+  auto tile_mn = Shape<Int<kBlockM>, Int<kBlockN>>{};
+  Tensor tScSr = thr_sdp_rows.partition_C(make_identity_tensor(tile_mn));  // (MMA, MMA_M, MMA_N) -> (query, key)
+  Tensor tScSr_rc = make_tensor(tScSr.data(), acc_layout_rowcol(tScSr.layout()));         // (rows, cols)
+  Tensor tScSr_blocks = make_tensor(tScSr.data(), acc_layout_mma_blocks(tScSr.layout())); // ((2, 2), MMA_M, N / 8)
+  constexpr int kRowsPerThread = decltype(size<0>(tScSr_rc))::value;
+  auto copy_pds_rows = make_tiled_copy_C(typename Traits::SmemCopyAtomdS{}, mma_sdp_rows);
+  Tensor tPsP = copy_pds_rows.get_thread_slice(tidx).partition_D(sP);    // (CPY, CPY_M, CPY_N)
+  Tensor tPsdS = copy_pds_rows.get_thread_slice(tidx).partition_D(sdS);  // (CPY, CPY_M, CPY_N)
+  [[maybe_unused]] DropoutRng dropout_rng(0, 0, 0);
+  if constexpr (Is_dropout) dropout_rng = make_dropout_rng(params.dropout);
+
   // The accumulator tile whose image sdQ holds, not yet added (nullptr: none). After a CTA barrier
   // that follows every thread's stores and proxy fence, thread 0 adds it.
   float* dq_pending = nullptr;
@@ -210,6 +256,17 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   [[maybe_unused]] const bool has_softcap = Has_mods && params.softcap > 0.f;
   [[maybe_unused]] const bool has_alibi = Has_mods && params.alibi_slopes != nullptr;
   [[maybe_unused]] const bool alibi_causal = alibi_causal_form(window);
+
+  // Stores a dQ tile's fragment into sdQ (the whole tile: rows past seqlen_q and columns past
+  // head_dim add 0, as P = 0 and K's columns are zeros there) for the next step's add_pending_dq.
+  auto stage_dq = [&](auto const& acc_dq, int bidh, int m_start) {
+#pragma unroll
+    for (int i = 0; i < size(acc_dq); i += 2) {
+      *reinterpret_cast<float2*>(Traits::DqAccum::fragment_pair(sdQ, i)) = make_float2(acc_dq(i), acc_dq(i + 1));
+    }
+    dq_pending = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
+                 index_t(m_start) * params.dq_accum_row_stride;
+  };
 
   // One query row block of head bidh; its Q, dO, LSE and D are in flight into `slot`.
   auto bwd_step = [&](int bidh, int m_block, int slot, auto is_masked, bool has_next, int next_bidh, int next_m_block) {
@@ -263,14 +320,68 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     wgmma_issue<false>(mma_dkv, tdKrdS, tdKrQt(_, _, _, slot), acc_dk);
     warpgroup_wait<1>();
     warpgroup_fence_operand(acc_dq);
-    // The whole tile: rows past seqlen_q and columns past head_dim add 0 (P = 0, K's zeros).
-#pragma unroll
-    for (int i = 0; i < size(acc_dq); i += 2) {
-      *reinterpret_cast<float2*>(Traits::DqAccum::fragment_pair(sdQ, i)) = make_float2(acc_dq(i), acc_dq(i + 1));
-    }
-    dq_pending = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
-                 index_t(m_start) * params.dq_accum_row_stride;
+    stage_dq(acc_dq, bidh, m_start);
     warpgroup_mma_done(acc_dv, acc_dk, tdVrP, tdKrdS);  // before the next step reuses Q's slot and these registers
+  };
+
+  // The dropout variant's step (see the top of the file): S and dP with queries as rows, the SM80
+  // backward's score transforms and mask, P^T and dS^T through shared memory.
+  auto bwd_step_rows = [&](int bidh, int m_block, int slot, auto is_masked, bool has_next, int next_bidh,
+                           int next_m_block) {
+    const int m_start = m_block * kBlockM;
+    wait_copies_and_sync();  // this slot has landed; every thread is done with the other slot, P and dS
+    add_pending_dq();        // the previous step's dQ (the barrier above follows its stores and fence)
+    if (has_next) load_step(next_bidh, next_m_block, slot ^ 1);
+    Tensor tSrS = partition_fragment_C(mma_sdp_rows, tile_mn);   // (MMA, MMA_M, MMA_N)
+    Tensor tdPrdP = partition_fragment_C(mma_sdp_rows, tile_mn); // (MMA, MMA_M, MMA_N)
+    Tensor tSrQ_slot = tSrQr(_, _, _, slot);
+    Tensor tdPrdO_slot = tdPrdOr(_, _, _, slot);
+    wgmma_issue<true>(mma_sdp_rows, tSrQ_slot, tSrKr, tSrS);
+    wgmma_issue<true>(mma_sdp_rows, tdPrdO_slot, tdPrVr, tdPrdP);
+    // This thread's rows' LSE (log2 units) and D (times 1 - p: bwd_kernel.h's dropout note).
+    Tensor lse_log2 = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
+    Tensor dsum = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
+#pragma unroll
+    for (int mi = 0; mi < kRowsPerThread; ++mi) {
+      const int row = get<0>(tScSr_rc(mi, 0));
+      lse_log2(mi) = sLseD[slot * 2 * kBlockM + row] * float(M_LOG2E);
+      dsum(mi) = sLseD[slot * 2 * kBlockM + kBlockM + row] * (1.f - params.dropout.p);
+    }
+    [[maybe_unused]] const float alibi_slope = params.alibi_slope_scaled(bidb, bidh);
+    warpgroup_mma_done(tSrS, tdPrdP);
+    if (params.softcap > 0.f) apply_softcap(tSrS, params.softcap);
+    if (params.alibi_slopes) {
+      apply_alibi(tSrS, tScSr, m_start, int(n_start), binfo.seqlen_q, binfo.seqlen_k, alibi_causal_form(window),
+                  alibi_slope);
+    }
+    if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScSr, m_start, int(n_start));
+    Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
+    probs_from_lse(tSrS_rc, lse_log2, params.softmax_scale_log2);
+    Tensor tSrS_blocks = make_tensor(tSrS.data(), acc_layout_mma_blocks(tSrS.layout()));  // ((2, 2), MMA_M, N / 8)
+    negate_dropped(tSrS_blocks, dropout_rng, tScSr_blocks, uint32_t(bidb * params.heads + bidh), m_start, int(n_start));
+    Tensor tdPrdP_rc = make_tensor(tdPrdP.data(), acc_layout_rowcol(tdPrdP.layout()));  // (rows, cols)
+    dscores<true>(tdPrdP_rc, tSrS_rc, dsum);
+    if (params.softcap > 0.f) {
+      softcap_dscores<true>(tdPrdP_rc, tSrS_rc, lse_log2, params.softmax_scale_log2, tScSr, m_start, int(n_start),
+                            binfo.seqlen_q, binfo.seqlen_k, alibi_causal_form(window), alibi_slope);
+    }
+    Tensor rP = convert_type<Element>(tSrS);
+    relu_pairs(rP);
+    Tensor rdS = convert_type<Element>(tdPrdP);
+    copy(copy_pds_rows, copy_pds_rows.get_thread_slice(tidx).retile_S(rP), tPsP);
+    copy(copy_pds_rows, copy_pds_rows.get_thread_slice(tidx).retile_S(rdS), tPsdS);
+    if (tidx == 0) bulk_wait_read();  // the previous dQ's reduction has read sdQ, which is stored below
+    cutlass::arch::fence_view_async_shared();
+    __syncthreads();  // P^T and dS^T are in shared memory
+    // dV, dQ, then dK; dQ's stores into sdQ run while dK's MMAs do (the groups complete in order).
+    wgmma_issue<false>(mma_dkv_smem, tdVsPt, tdVrdOt(_, _, _, slot), acc_dv);
+    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // (MMA, MMA_M, MMA_N)
+    wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
+    wgmma_issue<false>(mma_dkv_smem, tdKsdSt, tdKrQt(_, _, _, slot), acc_dk);
+    warpgroup_wait<1>();
+    warpgroup_fence_operand(acc_dq);
+    stage_dq(acc_dq, bidh, m_start);
+    warpgroup_mma_done(acc_dv, acc_dk);  // before the next step reuses Q's slot, P^T and dS^T
   };
 
   if (range.m_block_max > range.m_block_min) {
@@ -292,10 +403,17 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
         const bool has_next = !last_of_head || bidh + 1 < bidh_end;
         const int next_bidh = last_of_head ? bidh + 1 : bidh;
         const int next_m_block = last_of_head ? range.m_block_min : m_block + 1;
+        auto step = [&](auto is_masked) {
+          if constexpr (Is_dropout) {
+            bwd_step_rows(bidh, m_block, slot, is_masked, has_next, next_bidh, next_m_block);
+          } else {
+            bwd_step(bidh, m_block, slot, is_masked, has_next, next_bidh, next_m_block);
+          }
+        };
         if (range.is_masked(m_block)) {
-          bwd_step(bidh, m_block, slot, cute::true_type{}, has_next, next_bidh, next_m_block);
+          step(cute::true_type{});
         } else {
-          bwd_step(bidh, m_block, slot, cute::false_type{}, has_next, next_bidh, next_m_block);
+          step(cute::false_type{});
         }
       }
     }
@@ -375,11 +493,12 @@ cudaError_t run_bwd_sm90(BwdParams const& params, cudaStream_t stream) {
   cudaError_t err = run_row_kernel(bwd_dot_do_o_kernel<Element, Traits::kBlockM, Traits::kBlockN>, params, stream);
   if (err != cudaSuccess) return err;
   auto kernel = flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant>;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
+  constexpr int kSmemBytes = kVariant == Variant::kDropout ? Traits::kSmemBytesDropout : Traits::kSmemBytes;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (err != cudaSuccess) return err;
   const int n_blocks = ceil_div(params.seqlen_k, Traits::kBlockN);
   const dim3 grid = kIsCausal ? dim3(params.heads_k, params.batch, n_blocks) : dim3(n_blocks, params.batch, params.heads_k);
-  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(params);
+  kernel<<<grid, Traits::kNThreads, kSmemBytes, stream>>>(params);
   err = cudaPeekAtLastError();
   if (err != cudaSuccess) return err;
   const dim3 convert_grid(ceil_div(params.seqlen_q, Traits::kBlockM), params.batch, params.heads);
