@@ -40,8 +40,8 @@ cudaError_t run_fwd_dispatch(FwdParams const& params, cudaStream_t stream) {
 
 namespace {
 
-// Whether a non-deterministic backward without dropout on compute capability 9.0 takes the Hopper
-// kernel (bwd_kernel_sm90.h) where it is built. Causal calls over at most kBwdSm90MinCausalRows
+// Whether a non-deterministic backward on compute capability 9.0 takes the Hopper kernel
+// (bwd_kernel_sm90.h) where it is built. Causal calls over at most kBwdSm90MinCausalRows
 // query rows keep the SM80 kernel, measured faster there (H200, bf16, hdim 128: 0.91x the SM80
 // kernel at 512 tokens, 0.97x at 1k, 1.06x at 2k; hdim 64: 0.98x, 1.00x, 1.02x; likely, not
 // profiled: a key block walks few row blocks, so the Hopper kernel's longer start and end weigh

@@ -1,8 +1,8 @@
-"""The Hopper backward (bwd_kernel_sm90.h), which non-deterministic calls without dropout take on
-compute capability 9.0 (short causal calls keep the SM80 kernel), against the float32 reference
-with the kernel forced (FLASH_ATTN_CUTE_SM90_BWD=1): kernel head dims 64 and 128 (and the head dims
-below them), causal or not, MHA / GQA / MQA, seqlen_q above and below seqlen_k, varlen, and the
-score mods (softcap, ALiBi, windows, combined). Also the default dispatch, and the SM80 backward on
+"""The Hopper backward (bwd_kernel_sm90.h), which non-deterministic calls take on compute capability
+9.0 (short causal calls keep the SM80 kernel), against the float32 reference with the kernel forced
+(FLASH_ATTN_CUTE_SM90_BWD=1): kernel head dims 64 and 128 (and the head dims below them), causal or
+not, MHA / GQA / MQA, seqlen_q above and below seqlen_k, varlen, the score mods (softcap, ALiBi,
+windows, combined) and dropout. Also the default dispatch, and the SM80 backward on
 the same device (FLASH_ATTN_CUTE_SM90_BWD=0), which Ampere runs."""
 import pytest
 import torch

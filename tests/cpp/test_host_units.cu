@@ -23,6 +23,7 @@
 #include "flash_attn_cute/block_info.h"
 #include "flash_attn_cute/bwd_kernel_traits.h"
 #include "flash_attn_cute/bwd_api.h"
+#include "flash_attn_cute/bwd_kernel_sm90.h"
 #include "flash_attn_cute/dropout.h"
 #include "flash_attn_cute/kernel_traits.h"
 #include "flash_attn_cute/rotary_copy.h"
@@ -1185,6 +1186,37 @@ void check_dropout_fragments(const char* what) {
         std::string(what) + ": every entry of the tile is in exactly one fragment");
 }
 
+// The same for a warpgroup MMA's accumulator ((2, 2, N / 8), MMA_M, MMA_N), seen as m16n8 blocks
+// (acc_layout_mma_blocks) as the Hopper kernels hand it to dropout.h.
+template <class TiledMma, int kM, int kN>
+void check_dropout_fragments_sm90(const char* what) {
+  TiledMma mma;
+  std::vector<int> owners(kM * kN, 0);
+  long bad = 0;
+  for (int tid = 0; tid < int(size(mma)); ++tid) {
+    Tensor tScS = mma.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<kM>, Int<kN>>{}));
+    Tensor blocks = make_tensor(tScS.data(), acc_layout_mma_blocks(tScS.layout()));  // ((2, 2), MMA_M, N / 8)
+    for (int m = 0; m < int(size<1>(blocks)); ++m) {
+      for (int g = 0; g < int(size<2>(blocks)) / 4; ++g) {
+        const int r0 = get<0>(blocks(0, m, 4 * g)), c0 = get<1>(blocks(0, m, 4 * g));
+        bad += (r0 % 8) * 4 + (c0 % 8) / 2 != tid % 32;  // the chunk's words are this lane's
+        for (int nn = 0; nn < 4; ++nn) {
+          for (int v = 0; v < 4; ++v) {
+            const int r = get<0>(blocks(v, m, 4 * g + nn)), c = get<1>(blocks(v, m, 4 * g + nn));
+            owners[r * kN + c] += 1;
+            const bool same_chunk = r / 16 == r0 / 16 && c / 32 == c0 / 32;
+            const bool byte_ok = (c % 32) / 8 == nn && ((r % 16) / 8) * 2 + c % 2 == v;
+            bad += !(same_chunk && byte_ok);
+          }
+        }
+      }
+    }
+  }
+  CHECK_EQ(bad, 0L, std::string(what) + ": entries outside their lane's 16 x 32 chunk or byte");
+  CHECK(std::all_of(owners.begin(), owners.end(), [](int o) { return o == 1; }),
+        std::string(what) + ": every entry of the tile is in exactly one fragment");
+}
+
 template <int kHeadDim>
 void check_dropout_fragments_hdim() {
   using Fwd = FwdKernelTraits<kHeadDim, false, cutlass::bfloat16_t, false, Variant::kDropout>;  // the dropout kernels' tiles
@@ -1198,6 +1230,12 @@ void check_dropout_fragments_hdim() {
 }
 
 void test_dropout_layout() {
+  // The Hopper backward's dropout variant: S = Q K^T with queries as rows (bwd_kernel_sm90.h).
+  using Sm90Bwd64 = BwdKernelTraitsSm90<64, cutlass::bfloat16_t>;
+  using Sm90Bwd128 = BwdKernelTraitsSm90<128, cutlass::half_t>;
+  check_dropout_fragments_sm90<Sm90Bwd64::TiledMmaSdPRows, Sm90Bwd64::kBlockM, Sm90Bwd64::kBlockN>("sm90 bwd S hdim 64");
+  check_dropout_fragments_sm90<Sm90Bwd128::TiledMmaSdPRows, Sm90Bwd128::kBlockM, Sm90Bwd128::kBlockN>(
+      "sm90 bwd S hdim 128");
   check_dropout_fragments_hdim<32>();
   check_dropout_fragments_hdim<64>();
   check_dropout_fragments_hdim<96>();
