@@ -105,16 +105,25 @@ struct BwdKernelTraitsSm90 {
   static_assert(kSmemBytes <= 227 * 1024);
 
   // The dropout variant (bwd_step_rows): S = Q K^T and dP = dO V^T with queries as rows, (queries,
-  // keys, head_dim), the warpgroups split the keys (N); dV += P^T dO and dK += dS^T Q with P^T and
-  // dS^T read from shared memory (K-major: queries contiguous); P^T laid out as dS^T, after the rest
-  // (1024-byte aligned for the MMAs' swizzle).
+  // keys, head_dim), the warpgroups split the keys (N). P and dS go to shared memory as (queries,
+  // keys) with keys contiguous, so that the accumulator's pairs of adjacent keys store as 32-bit
+  // words: dS in dS^T's buffer, P in one of its own after the rest (1024-byte aligned for the MMAs'
+  // swizzle). dV += P^T dO and dK += dS^T Q read them transposed (A MN-major), dQ = dS K as is (A
+  // K-major; its C layout, which the dQ tile's fragment order follows, is TiledMmadQ's).
   using TiledMmaSdPRows = decltype(make_tiled_mma(
       SM90::GMMA::ss_op_selector<Element, Element, float, Shape<Int<kBlockM>, _64, Int<kHeadDim>>>(),
       Layout<Shape<_1, _2, _1>>{}));
   using TiledMmadKVSmem = decltype(make_tiled_mma(
       SM90::GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>,
-                                 SM90::GMMA::Major::K, SM90::GMMA::Major::MN>(),
+                                 SM90::GMMA::Major::MN, SM90::GMMA::Major::MN>(),
       KeysLayout{}));
+  using TiledMmadQRows = decltype(make_tiled_mma(
+      SM90::GMMA::ss_op_selector<Element, Element, float, Shape<Int<kBlockM>, Int<kHeadDim / 2>, Int<kBlockN>>,
+                                 SM90::GMMA::Major::K, SM90::GMMA::Major::MN>(),
+      Layout<Shape<_1, _2, _1>>{}));
+  using SmemLayoutPdSRows = decltype(tile_to_shape(GmmaSmemAtomK<Element, kBlockN>{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  using SmemLayoutPdSRowsT = decltype(composition(SmemLayoutPdSRows{}, make_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, GenRowMajor{})));
+  static_assert(cosize_v<SmemLayoutPdSRows> == cosize_v<SmemLayoutdSt>);
   static constexpr int kSmemPOffset = (kSmemBytes + 1023) / 1024 * 1024;
   static constexpr int kSmemBytesDropout = kSmemPOffset + kSmemdSElems * int(sizeof(Element));
   static_assert(kSmemBytesDropout <= 227 * 1024);
@@ -216,21 +225,28 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   auto copy_ds = make_tiled_copy_C(typename Traits::SmemCopyAtomdS{}, mma_sdp);
   Tensor tdSsdS = copy_ds.get_thread_slice(tidx).partition_D(sdSt);  // (CPY, CPY_M, CPY_N)
 
-  // The dropout variant's operands (bwd_step_rows): Q and dO as A, K and V as B; P^T (in the dropout
-  // variant's extra shared memory) and dS^T as dV's and dK's A; the scores' (query, key) coordinates.
+  // The dropout variant's operands (bwd_step_rows): Q and dO as A, K and V as B; P (in the dropout
+  // variant's extra shared memory) and dS transposed as dV's and dK's A, dS as dQ's; the scores'
+  // (query, key) coordinates.
   typename Traits::TiledMmaSdPRows mma_sdp_rows;
   typename Traits::TiledMmadKVSmem mma_dkv_smem;
+  typename Traits::TiledMmadQRows mma_dq_rows;
   auto thr_sdp_rows = mma_sdp_rows.get_thread_slice(tidx);
   auto thr_dkv_smem = mma_dkv_smem.get_thread_slice(tidx);
+  auto thr_dq_rows = mma_dq_rows.get_thread_slice(tidx);
   Element* smem_p = reinterpret_cast<Element*>(smem + Traits::kSmemPOffset);
-  Tensor sPt = make_tensor(make_smem_ptr(smem_p), typename Traits::SmemLayoutdSt{});  // (kBlockN, kBlockM)
-  Tensor sP = make_tensor(make_smem_ptr(smem_p), typename Traits::SmemLayoutdS{});    // (kBlockM, kBlockN)
+  Tensor sP = make_tensor(make_smem_ptr(smem_p), typename Traits::SmemLayoutPdSRows{});    // (kBlockM, kBlockN)
+  Tensor sPt = make_tensor(make_smem_ptr(smem_p), typename Traits::SmemLayoutPdSRowsT{});  // (kBlockN, kBlockM)
+  Tensor sdSr = make_tensor(make_smem_ptr(smem_ds), typename Traits::SmemLayoutPdSRows{});    // (kBlockM, kBlockN)
+  Tensor sdSrt = make_tensor(make_smem_ptr(smem_ds), typename Traits::SmemLayoutPdSRowsT{});  // (kBlockN, kBlockM)
   Tensor tSrQr = thr_sdp_rows.partition_fragment_A(sQ);    // (MMA, MMA_M, MMA_K, slot)
   Tensor tdPrdOr = thr_sdp_rows.partition_fragment_A(sdO); // (MMA, MMA_M, MMA_K, slot)
   Tensor tSrKr = thr_sdp_rows.partition_fragment_B(sK);    // (MMA, MMA_N, MMA_K)
   Tensor tdPrVr = thr_sdp_rows.partition_fragment_B(sV);   // (MMA, MMA_N, MMA_K)
-  Tensor tdVsPt = thr_dkv_smem.partition_fragment_A(sPt);   // (MMA, MMA_M, MMA_K)
-  Tensor tdKsdSt = thr_dkv_smem.partition_fragment_A(sdSt); // (MMA, MMA_M, MMA_K)
+  Tensor tdVsPt = thr_dkv_smem.partition_fragment_A(sPt);    // (MMA, MMA_M, MMA_K)
+  Tensor tdKsdSt = thr_dkv_smem.partition_fragment_A(sdSrt); // (MMA, MMA_M, MMA_K)
+  Tensor tdQsdS = thr_dq_rows.partition_fragment_A(sdSr);    // (MMA, MMA_M, MMA_K)
+  Tensor tdQsKt = thr_dq_rows.partition_fragment_B(sKt);     // (MMA, MMA_N, MMA_K)
   auto tile_mn = Shape<Int<kBlockM>, Int<kBlockN>>{};
   Tensor tScSr = thr_sdp_rows.partition_C(make_identity_tensor(tile_mn));  // (MMA, MMA_M, MMA_N) -> (query, key)
   Tensor tScSr_rc = make_tensor(tScSr.data(), acc_layout_rowcol(tScSr.layout()));         // (rows, cols)
@@ -238,7 +254,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   constexpr int kRowsPerThread = decltype(size<0>(tScSr_rc))::value;
   auto copy_pds_rows = make_tiled_copy_C(typename Traits::SmemCopyAtomdS{}, mma_sdp_rows);
   Tensor tPsP = copy_pds_rows.get_thread_slice(tidx).partition_D(sP);    // (CPY, CPY_M, CPY_N)
-  Tensor tPsdS = copy_pds_rows.get_thread_slice(tidx).partition_D(sdS);  // (CPY, CPY_M, CPY_N)
+  Tensor tPsdS = copy_pds_rows.get_thread_slice(tidx).partition_D(sdSr); // (CPY, CPY_M, CPY_N)
   [[maybe_unused]] DropoutRng dropout_rng(0, 0, 0);
   if constexpr (Is_dropout) dropout_rng = make_dropout_rng(params.dropout);
 
@@ -375,8 +391,8 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     __syncthreads();  // P^T and dS^T are in shared memory
     // dV, dQ, then dK; dQ's stores into sdQ run while dK's MMAs do (the groups complete in order).
     wgmma_issue<false>(mma_dkv_smem, tdVsPt, tdVrdOt(_, _, _, slot), acc_dv);
-    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // (MMA, MMA_M, MMA_N)
-    wgmma_issue<true>(mma_dq, tdQrdS, tdQrKt, acc_dq);
+    Tensor acc_dq = partition_fragment_C(mma_dq_rows, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // (MMA, MMA_M, MMA_N)
+    wgmma_issue<true>(mma_dq_rows, tdQsdS, tdQsKt, acc_dq);
     wgmma_issue<false>(mma_dkv_smem, tdKsdSt, tdKrQt(_, _, _, slot), acc_dk);
     warpgroup_wait<1>();
     warpgroup_fence_operand(acc_dq);
