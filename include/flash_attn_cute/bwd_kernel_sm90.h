@@ -91,7 +91,7 @@ struct BwdKernelTraitsSm90 {
   using SmemLayoutKt = decltype(composition(SmemLayoutKV{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
   using SmemLayoutdSt = decltype(tile_to_shape(GmmaSmemAtomK<Element, kBlockM>{}, Shape<Int<kBlockN>, Int<kBlockM>>{}));
   using SmemLayoutdS = decltype(composition(SmemLayoutdSt{}, make_layout(Shape<Int<kBlockM>, Int<kBlockN>>{}, GenRowMajor{})));
-  using SmemCopyAtomdS = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
+  using SmemCopyAtomdS = Copy_Atom<SM90_U32x4_STSM_N, Element>;  // stmatrix: 8x8 blocks of 16-bit pairs
 
   static constexpr int kSmemQElems = cosize_v<SmemLayoutQ>;  // both slots
   static constexpr int kSmemKVElems = cosize_v<SmemLayoutKV>;
@@ -130,7 +130,7 @@ struct BwdKernelTraitsSm90 {
 
   using GmemTiledCopy = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyAsync;
   using GmemTiledCopyOut = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyStore;
-  using SmemCopyAtomOut = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
+  using SmemCopyAtomOut = Copy_Atom<SM90_U32x4_STSM_N, Element>;
   // dQ's tiles in the accumulator: kBlockM rows of one row block, which the accumulator's padding
   // (bwd_api.cpp: whole SM80 row blocks per sequence) holds whole.
   using DqAccum = DqAccumulator<kBlockM, kHeadDim, kNThreads / 32>;
