@@ -8,10 +8,10 @@
 //   P^T = exp2(S^T * scale log2(e) - LSE log2(e)),  dS^T = P^T * (dP^T - D)   (LSE, D per column)
 //   dV += P^T dO, dK += dS^T Q          (P^T and dS^T straight from the registers; dO, Q MN-major)
 //   dQ += dS K                          (dS^T through shared memory; the warpgroups split head_dim)
-// dQ goes into the fp32 accumulator in fragment order, as the SM80 backward's (DqAccumulator,
-// bwd_epilogue.h; bwd_convert_dq_sm90_kernel reads it back): each thread stores its fragment into a
-// shared-memory image of the tile, and after the next CTA barrier one thread adds the whole tile
-// with one bulk reduction. Measured on H200 (bf16, hdim 128, 16k tokens, non-causal): 436 TFLOP/s,
+// dQ goes into the fp32 accumulator in fragment order, as the SM80 backward's (DqAccumulator and
+// bwd_convert_dq_fragments_kernel, bwd_epilogue.h, serve both): each thread stores its fragment
+// into a shared-memory image of the tile, and after the next CTA barrier one thread adds the whole
+// tile with one bulk reduction. Measured on H200 (bf16, hdim 128, 16k tokens, non-causal): 436 TFLOP/s,
 // against 422 with fragment-order atomics from every thread and 359 with atomics in the MMA
 // layout's rows (likely cause, not profiled: reductions still in flight at the next proxy fence,
 // whose MEMBAR waits for them). Computing P^T while dP^T's MMAs run, with dV's MMAs issued before
@@ -64,6 +64,7 @@ struct BwdKernelTraitsSm90 {
   static constexpr int kBlockM = 64;   // query rows per step
   static constexpr int kBlockN = 128;  // keys per CTA, 64 per warpgroup
   static constexpr int kNThreads = 256;
+  static constexpr int kNWarps = kNThreads / 32;
   static_assert(kHeadDim % 64 == 0, "128-byte swizzled rows");
 
   using KeysLayout = Layout<Shape<_2, _1, _1>>;  // the warpgroups split the keys (M)
@@ -133,7 +134,7 @@ struct BwdKernelTraitsSm90 {
   using SmemCopyAtomOut = Copy_Atom<SM90_U32x4_STSM_N, Element>;
   // dQ's tiles in the accumulator: kBlockM rows of one row block, which the accumulator's padding
   // (bwd_api.cpp: whole SM80 row blocks per sequence) holds whole.
-  using DqAccum = DqAccumulator<kBlockM, kHeadDim, kNThreads / 32>;
+  using DqAccum = DqAccumulator<kBlockM, kHeadDim, kNWarps>;
   static_assert(bwd_tile_shape(kHeadDim).block_m % kBlockM == 0, "the accumulator's row blocks hold whole tiles");
   static_assert(dq_accum_row_floats(kHeadDim) == kHeadDim, "a tile's rows are contiguous");
 };
@@ -453,40 +454,6 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   if (tidx == 0) bulk_wait();  // the CTA's shared memory lives until its last reduction is done
 }
 
-// dQ = ds_scale() * the fp32 accumulator, in the element type. Grid (ceil_div(seqlen_q, kBlockM),
-// batch, heads), kNThreads threads: thread t reads back the pairs its namesake added in the main
-// kernel (fragment order) and learns their (row, col) from the same dQ MMA partition.
-template <class Traits>
-__global__ void __launch_bounds__(Traits::kNThreads) bwd_convert_dq_sm90_kernel(__grid_constant__ const BwdParams params) {
-  using Element = typename Traits::Element;
-  constexpr int kBlockM = Traits::kBlockM;
-  const int m_block = blockIdx.x, bidb = blockIdx.y, bidh = blockIdx.z;
-  const BlockInfo binfo(params, bidb);
-  const int rows_left = binfo.seqlen_q - m_block * kBlockM;
-  if (rows_left <= 0) return;
-  float* tile = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
-                index_t(m_block) * kBlockM * params.dq_accum_row_stride;
-  Element* gdQ = static_cast<Element*>(params.dq.ptr) + binfo.q_offset(params.dq, bidb, bidh) +
-                 index_t(m_block) * kBlockM * params.dq.row_stride;
-  typename Traits::TiledMmadQ mma_dq;
-  Tensor tdQcdQ = mma_dq.get_thread_slice(threadIdx.x).partition_C(
-      make_identity_tensor(Shape<Int<kBlockM>, Int<Traits::kHeadDim>>{}));  // (MMA, MMA_M, MMA_N) -> (row, col)
-  const float scale = params.ds_scale();
-#pragma unroll
-  for (int i = 0; i < size(tdQcdQ); i += 2) {  // (i, i + 1): adjacent columns of one row
-    const int row = get<0>(tdQcdQ(i)), col = get<1>(tdQcdQ(i));
-    const float2 pair = *reinterpret_cast<float2 const*>(Traits::DqAccum::fragment_pair(tile, i));
-    if (row < rows_left && col < params.head_dim) {
-      cutlass::Array<float, 2> in;
-      in[0] = pair.x * scale;
-      in[1] = pair.y * scale;
-      cutlass::AlignedArray<Element, 2> out;
-      static_cast<cutlass::Array<Element, 2>&>(out) = cutlass::NumericArrayConverter<Element, float, 2>{}(in);
-      *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(gdQ + row * params.dq.row_stride + col) = out;
-    }
-  }
-}
-
 template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_sm90_kernel(__grid_constant__ const BwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -518,7 +485,7 @@ cudaError_t run_bwd_sm90(BwdParams const& params, cudaStream_t stream) {
   err = cudaPeekAtLastError();
   if (err != cudaSuccess) return err;
   const dim3 convert_grid(ceil_div(params.seqlen_q, Traits::kBlockM), params.batch, params.heads);
-  bwd_convert_dq_sm90_kernel<Traits><<<convert_grid, Traits::kNThreads, 0, stream>>>(params);
+  bwd_convert_dq_fragments_kernel<Traits><<<convert_grid, Traits::kNThreads, 0, stream>>>(params);
   return cudaPeekAtLastError();
 }
 
