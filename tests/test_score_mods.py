@@ -122,7 +122,6 @@ def test_window_cost_grows_with_the_window():
     k = _randn(1, 16384, 8, 128, dtype=BF16)
 
     def timed(**kw):
-        fac.flash_attn_func(q, k, k, **kw)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(5):
@@ -131,7 +130,13 @@ def test_window_cost_grows_with_the_window():
         torch.cuda.synchronize()
         return start.elapsed_time(end)
 
-    assert timed(window_size=(1024, 0)) * 4 < timed(causal=True)
+    # The best of three interleaved rounds each, after a warm-up of both: a clock still ramping up
+    # from the small tests before this one read 3.8x once against about 6x measured alone.
+    window, causal = [], []
+    for _ in range(4):
+        window.append(timed(window_size=(1024, 0)))
+        causal.append(timed(causal=True))
+    assert min(window[1:]) * 4 < min(causal[1:])
 
 
 @pytest.mark.parametrize("mods", ["window", "softcap", "alibi", "window_softcap_alibi"])
