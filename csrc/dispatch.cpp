@@ -40,20 +40,17 @@ cudaError_t run_fwd_dispatch(FwdParams const& params, cudaStream_t stream) {
 
 namespace {
 
-// Whether a non-deterministic backward on compute capability 9.0 takes the Hopper kernel
-// (bwd_kernel_sm90.h) where it is built. Causal calls over at most kBwdSm90MinCausalRows
-// query rows keep the SM80 kernel, measured faster there (H200, bf16, hdim 128: 0.91x the SM80
-// kernel at 512 tokens, 0.97x at 1k, 1.06x at 2k; hdim 64: 0.98x, 1.00x, 1.02x; likely, not
-// profiled: a key block walks few row blocks, so the Hopper kernel's longer start and end weigh
-// more). FLASH_ATTN_CUTE_SM90_BWD=0 / 1 (read at every call, so that one process can time both):
-// never / wherever built.
-constexpr int kBwdSm90MinCausalRows = 1024;
+// Whether a backward on compute capability 9.0 takes the Hopper kernel (bwd_kernel_sm90.h) where it
+// is built: every non-deterministic call. (Session 23 kept causal calls over at most 1024 query rows
+// on the SM80 kernel; with session 24's stmatrix stores and 128-row steps at head dim 64 the Hopper
+// kernel is the faster there too, H200 bf16 causal: hdim 64 127.5 / 191.0 TFLOP/s against 123.1 /
+// 176.4 at 512 / 1024 tokens, hdim 128 151.2 / 218.7 against 148.3 / 209.4.)
+// FLASH_ATTN_CUTE_SM90_BWD=0 / 1 (read at every call, so that one process can time both): never /
+// wherever built.
 bool bwd_takes_sm90(BwdParams const& params) {
   if (!params.use_sm90 || params.deterministic) return false;
   const char* env = std::getenv("FLASH_ATTN_CUTE_SM90_BWD");
-  if (env != nullptr && std::string(env) == "0") return false;
-  if (env != nullptr && std::string(env) == "1") return true;
-  return !(params.is_causal && params.seqlen_q <= kBwdSm90MinCausalRows);
+  return env == nullptr || std::string(env) != "0";
 }
 
 }  // namespace

@@ -23,13 +23,13 @@ with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
 torch.cuda.synchronize()
 PY
 if [ "${SOURCE:-0}" = 1 ]; then
-  ncu --clock-control none -k "regex:flash_bwd_kernel|flash_bwd_dq_dk_dv" -c 2 --section SourceCounters \
+  ncu --clock-control none -k "regex:flash_bwd_kernel|flash_bwd_sm90_kernel|flash_bwd_dq_dk_dv" -c 2 --section SourceCounters \
       --section WarpStateStats -f -o /tmp/ncu_bwd_source python3 /tmp/ncu_bwd_case.py > /tmp/ncu_bwd_source.log 2>&1
   tail -3 /tmp/ncu_bwd_source.log
   ncu -i /tmp/ncu_bwd_source.ncu-rep --page source --csv --print-source sass | gzip > "$OUT/ncu_bwd_source_$hdim.csv.gz"
   exit 0
 fi
-ncu --clock-control none -k "regex:flash_bwd_kernel|flash_bwd_dq_dk_dv" -c 2 \
+ncu --clock-control none -k "regex:flash_bwd_kernel|flash_bwd_sm90_kernel|flash_bwd_dq_dk_dv" -c 2 \
     --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy \
     --section ComputeWorkloadAnalysis --section SourceCounters --section SchedulerStats --section InstructionStats \
     --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \

@@ -1,5 +1,5 @@
 """The Hopper backward (bwd_kernel_sm90.h), which non-deterministic calls take on compute capability
-9.0 (short causal calls keep the SM80 kernel), against the float32 reference with the kernel forced
+9.0, against the float32 reference with the kernel forced
 (FLASH_ATTN_CUTE_SM90_BWD=1): kernel head dims 64 and 128 (and the head dims below them), causal or
 not, MHA / GQA / MQA, seqlen_q above and below seqlen_k, varlen, the score mods (softcap, ALiBi,
 windows, combined) and dropout. Also the default dispatch, and the SM80 backward on
@@ -110,19 +110,17 @@ def test_sm80_bwd_on_hopper_when_switched_off(monkeypatch, head_dim, causal, seq
     _check_grads(_grads_of(fn, (q, k, v), dout), _dense_ref(causal), (q, k, v), dout)
 
 
-@pytest.mark.parametrize("causal, seqlen, hopper", [(True, 512, False), (True, 1024, False), (True, 1025, True),
-                                                    (False, 512, True)])
-def test_default_dispatch_keeps_short_causal_calls_on_the_sm80_kernel(monkeypatch, causal, seqlen, hopper):
-    """Unset, FLASH_ATTN_CUTE_SM90_BWD leaves causal calls over at most 1024 query rows to the SM80
-    kernel (dispatch.cpp, bwd_takes_sm90); the result is right either way."""
+@pytest.mark.parametrize("causal, seqlen", [(True, 512), (True, 1025), (False, 512)])
+def test_default_dispatch_takes_the_hopper_kernel(monkeypatch, causal, seqlen):
+    """Unset, FLASH_ATTN_CUTE_SM90_BWD sends non-deterministic calls to the Hopper kernel, short causal
+    ones too (dispatch.cpp, bwd_takes_sm90)."""
     _require_built(torch.bfloat16, 128, causal)
     monkeypatch.delenv("FLASH_ATTN_CUTE_SM90_BWD")
     torch.manual_seed(5)
     q, k, v, dout = (_randn(1, seqlen, 4, 128, dtype=torch.bfloat16) for _ in range(4))
     fn = lambda q, k, v: fac.flash_attn_func(q, k, v, causal=causal)  # noqa: E731
     names = _kernel_names(lambda: _grads_of(fn, (q, k, v), dout))
-    assert any("flash_bwd_sm90_kernel" in n for n in names) == hopper, names
-    assert any("flash_bwd_kernel" in n for n in names) != hopper, names
+    assert any("flash_bwd_sm90_kernel" in n for n in names) and not any("flash_bwd_kernel" in n for n in names), names
     _check_grads(_grads_of(fn, (q, k, v), dout), _dense_ref(causal), (q, k, v), dout)
 
 

@@ -898,27 +898,32 @@ void test_ws_tile_order() {
             CHECK(order.section >= 1 && order.section <= batch * heads, what);
             CHECK(order.section == 1 || (causal && order.section * kv_bytes <= FwdWsTileOrder::kL2Bytes),
                   what + " non-causal: a pair per section; causal: sections that fit in L2");
-            std::vector<int> seen(m_blocks * batch * heads, 0);
-            FwdWsTile prev{};
-            bool in_range = true, heaviest_first = true, heads_side_by_side = true;
-            for (int t = 0; t < order.n_tiles(); ++t) {
-              const FwdWsTile x = causal ? order.tile<true>(t) : order.tile<false>(t);
-              const bool ok = x.m_block >= 0 && x.m_block < m_blocks && x.bidb >= 0 && x.bidb < batch && x.bidh >= 0 &&
-                              x.bidh < heads;
-              in_range = in_range && ok;
-              if (!ok) continue;
-              ++seen[(x.bidb * heads + x.bidh) * m_blocks + x.m_block];
-              const int pair = x.bidb * heads + x.bidh, prev_pair = prev.bidb * heads + prev.bidh;
-              if (t > 0 && pair / order.section == prev_pair / order.section) {  // the same section
-                heaviest_first = heaviest_first && (causal ? x.m_block <= prev.m_block : x.m_block >= prev.m_block);
-                heads_side_by_side = heads_side_by_side && (x.m_block != prev.m_block || pair == prev_pair + 1);
+            // bottom_up: the forward's causal order; the Hopper backward takes tile<false> with causal
+            // sections too (key block 0, the heaviest there, first).
+            for (bool bottom_up : {false, true}) {
+              if (bottom_up && !causal) continue;
+              std::vector<int> seen(m_blocks * batch * heads, 0);
+              FwdWsTile prev{};
+              bool in_range = true, heaviest_first = true, heads_side_by_side = true;
+              for (int t = 0; t < order.n_tiles(); ++t) {
+                const FwdWsTile x = bottom_up ? order.tile<true>(t) : order.tile<false>(t);
+                const bool ok = x.m_block >= 0 && x.m_block < m_blocks && x.bidb >= 0 && x.bidb < batch && x.bidh >= 0 &&
+                                x.bidh < heads;
+                in_range = in_range && ok;
+                if (!ok) continue;
+                ++seen[(x.bidb * heads + x.bidh) * m_blocks + x.m_block];
+                const int pair = x.bidb * heads + x.bidh, prev_pair = prev.bidb * heads + prev.bidh;
+                if (t > 0 && pair / order.section == prev_pair / order.section) {  // the same section
+                  heaviest_first = heaviest_first && (bottom_up ? x.m_block <= prev.m_block : x.m_block >= prev.m_block);
+                  heads_side_by_side = heads_side_by_side && (x.m_block != prev.m_block || pair == prev_pair + 1);
+                }
+                prev = x;
               }
-              prev = x;
+              CHECK(in_range, what);
+              CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }), what + " every tile once");
+              CHECK(heaviest_first, what + (bottom_up ? " causal: bottom row blocks first" : " row blocks in order"));
+              CHECK(heads_side_by_side, what + " a row block's pairs side by side");
             }
-            CHECK(in_range, what);
-            CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }), what + " every tile once");
-            CHECK(heaviest_first, what + (causal ? " causal: bottom row blocks first" : " row blocks in order"));
-            CHECK(heads_side_by_side, what + " a row block's pairs side by side");
           }
         }
       }
