@@ -45,8 +45,8 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   const int block_m = tile.block_m;
   const int64_t m_blocks = (p.seqlen_q + block_m - 1) / block_m;
   const int64_t n_blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n;
-  TORCH_CHECK(n_blocks <= 65535 || !(causal || deterministic),  // grid.z (see bwd_grid_key_block_major)
-              "flash_attn_cute: the causal (or window (left, 0)) and deterministic backward support seqlen_k up to ",
+  TORCH_CHECK(n_blocks <= 65535 || !deterministic,  // grid.z (see bwd_grid_key_block_major)
+              "flash_attn_cute: the deterministic backward supports seqlen_k up to ",
               num(65535 * int64_t(tile.block_n)), " for this head dim");
 
   // The dQ accumulator (see BwdParams): whole row blocks per sequence, (head, row, dim) order, so

@@ -293,24 +293,25 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   write_kv_tile<Traits, Is_even_K>(mma_dkv, acc_dv, params.dv_scale(), sV, gdV, keys_left, params.head_dim, tidx);
 }
 
-// The grid's order. Key-block-major, (KV heads, batch, key blocks): causal key block 0 sees the
-// most row blocks, so the heaviest CTAs of every head start first and the light ones fill the tail
-// (measured on H200, hdim 128 causal: +7 % at 8k tokens, GQA 8:1 +50 %); and when deterministic, the
-// CTAs of key block n - 1, whose dQ tiles come first, launch before those of n. Otherwise
-// (key blocks, batch, KV heads): the CTAs of one head run together and share Q and dO in L2
-// (non-causal: 10 % faster than key-block-major at 2k tokens), which the rotated deterministic
-// order needs (BwdParams::dq_rotate).
+// The grid's order. Deterministic, key-block-major, (KV heads, batch, key blocks): the CTAs of key
+// block n - 1, whose dQ tiles come first, launch before those of n; but where the rotated order
+// runs (BwdParams::dq_rotate) non-causal, and otherwise, a 1-D grid in bwd_cta_tile's order (the
+// CTAs of one head run together and share Q and dO in L2; causal, in sections of pairs, the
+// heaviest key blocks first).
 FLASH_HOST_DEVICE constexpr bool bwd_grid_key_block_major(bool is_causal, bool deterministic, bool dq_rotate) {
-  return is_causal || (deterministic && !dq_rotate);
+  return deterministic && (is_causal || !dq_rotate);
 }
 
 template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_kernel(__grid_constant__ const BwdParams params) {
   extern __shared__ __align__(128) char smem[];
-  const bool key_block_major = bwd_grid_key_block_major(Is_causal, params.deterministic, params.dq_rotate);
-  const int n_block = key_block_major ? blockIdx.z : blockIdx.x;
-  const int bidh_kv = key_block_major ? blockIdx.x : blockIdx.z;
-  bwd_col_block<Traits, Is_causal, Is_even_K, kVariant>(params, smem, n_block, blockIdx.y, bidh_kv);
+  if (bwd_grid_key_block_major(Is_causal, params.deterministic, params.dq_rotate)) {
+    bwd_col_block<Traits, Is_causal, Is_even_K, kVariant>(params, smem, blockIdx.z, blockIdx.y, blockIdx.x);
+  } else {
+    const FwdWsTile tile =
+        bwd_cta_tile<Traits::kHeadDim, Traits::kBlockN, typename Traits::Element, Is_causal>(params, blockIdx.x);
+    bwd_col_block<Traits, Is_causal, Is_even_K, kVariant>(params, smem, tile.m_block, tile.bidb, tile.bidh);
+  }
 }
 
 }  // namespace flash_attn_cute

@@ -39,7 +39,6 @@
 #include "params.h"
 #include "row_walk.h"
 #include "softmax.h"
-#include "tile_order.h"
 #include "utils.h"
 #include "wgmma.h"
 
@@ -466,20 +465,8 @@ template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_sm90_kernel(__grid_constant__ const BwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) char smem[];
-  // The grid's order, the persistent forward's (tile_order.h) with key blocks for row blocks: the
-  // (batch, KV head) pairs in sections, key-block-major within a section. Causal key block 0 walks
-  // the most row blocks, so each section starts with its heaviest CTAs, and a section's pairs keep
-  // their Q, dO and fp32 dQ accumulator rows (every query head of the group) in L2 together.
-  // Non-causal, a section is one pair. Measured on H200 (bf16, causal), against session 23's order
-  // (every pair's key block 0 first, then every pair's key block 1, ...: Nsight Compute put the
-  // kernel at 72 % of DRAM throughput at hdim 128, 2k tokens, FA2's at 11 %): hdim 128 158 / 246 /
-  // 323 / 382 TFLOP/s at 512 / 1k / 2k / 4k tokens against 147 / 206 / 281 / 359, 441 against 435
-  // at 16k; hdim 64 201 against 177 at 1k, 315 against 290 at 4k; non-causal unchanged.
-  constexpr int kRowBytes = Traits::kHeadDim * (2 * sizeof(typename Traits::Element) + sizeof(float));
-  const int64_t pair_bytes = int64_t(params.seqlen_q) * kRowBytes * (params.heads / params.heads_k);
-  const FwdWsTileOrder order = FwdWsTileOrder::make(ceil_div(params.seqlen_k, Traits::kBlockN), params.batch,
-                                                    params.heads_k, pair_bytes, Is_causal);
-  const FwdWsTile tile = order.tile<false>(blockIdx.x);  // key block 0 first
+  const FwdWsTile tile =
+      bwd_cta_tile<Traits::kHeadDim, Traits::kBlockN, typename Traits::Element, Is_causal>(params, blockIdx.x);
   bwd_sm90_col_block<Traits, Is_causal, Is_even_K, kVariant>(params, smem, tile.m_block, tile.bidb, tile.bidh);
 #else
   __trap();
@@ -487,7 +474,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_sm90_kernel(__
 }
 
 // D = rowsum(dO * O) (bwd_preprocess.h), the main kernel, then dQ from its accumulator (zeroed by the
-// caller). Not deterministic; a 1-D grid of key blocks x batch x KV heads (FwdWsTileOrder).
+// caller). Not deterministic; a 1-D grid of key blocks x batch x KV heads (bwd_cta_tile).
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd_sm90(BwdParams const& params, cudaStream_t stream) {
   using Element = typename ElementOf<kDType>::type;

@@ -30,9 +30,10 @@ cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream) {
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int n_blocks = ceil_div(params.seqlen_k, Traits::kBlockN);
-  const dim3 grid = bwd_grid_key_block_major(kIsCausal, params.deterministic, params.dq_rotate)
-                        ? dim3(params.heads_k, params.batch, n_blocks)
-                        : dim3(n_blocks, params.batch, params.heads_k);
+  const int64_t ctas = int64_t(n_blocks) * params.batch * params.heads_k;
+  const bool key_block_major = bwd_grid_key_block_major(kIsCausal, params.deterministic, params.dq_rotate);
+  if (!key_block_major && ctas > INT32_MAX) return cudaErrorInvalidConfiguration;
+  const dim3 grid = key_block_major ? dim3(params.heads_k, params.batch, n_blocks) : dim3(unsigned(ctas));
   kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(params);
   err = cudaPeekAtLastError();
   if (err != cudaSuccess) return err;
