@@ -294,11 +294,11 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
 }
 
 // The grid's order. Deterministic, key-block-major, (KV heads, batch, key blocks): the CTAs of key
-// block n - 1, whose dQ tiles come first, launch before those of n (in L2 sections instead, causal
-// hdim 256 lost 12-17 % from 2k tokens: a section's few pairs wait on each other's dQ turns); but where the rotated order
-// runs (BwdParams::dq_rotate) non-causal, and otherwise, a 1-D grid in bwd_cta_tile's order (the
-// CTAs of one head run together and share Q and dO in L2; causal, in sections of pairs, the
-// heaviest key blocks first).
+// block n - 1, whose dQ tiles come first, launch before those of n. (In L2 sections instead, causal
+// hdim 256 lost 12-17 % from 2k tokens: a section's few pairs wait on each other's dQ turns.) Where
+// the rotated order runs (BwdParams::dq_rotate) non-causal, and otherwise, a 1-D grid in
+// bwd_cta_tile's order: the CTAs of one head run together and share Q and dO in L2; causal, in
+// sections of pairs, the heaviest key blocks first.
 FLASH_HOST_DEVICE constexpr bool bwd_grid_key_block_major(bool is_causal, bool deterministic, bool dq_rotate) {
   return deterministic && (is_causal || !dq_rotate);
 }
