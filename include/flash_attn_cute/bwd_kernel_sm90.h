@@ -1,6 +1,6 @@
 // The Hopper backward (sm_90a warpgroup MMAs), plain, score-mod (softcap, ALiBi, any window) and
-// dropout variants, which non-deterministic calls take on compute capability 9.0, except short
-// causal ones (dispatch.cpp, bwd_takes_sm90).
+// dropout variants, which non-deterministic calls take on compute capability 9.0 (dispatch.cpp,
+// bwd_takes_sm90).
 // One CTA per (key block of kBlockN = 128 keys, batch, KV head), two warpgroups of 64 keys each;
 // K and V stay in shared memory, dK and dV in registers, while the CTA walks the query row blocks
 // (kBlockM rows: 128 at head dim 64, 64 above) of every query head of its KV head's group:
