@@ -30,8 +30,8 @@ BUILT_BWD_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _
 # {(dtype name, kernel head dim, causal, variant)} of the Hopper forward (sm_90a; "plain", "mods" or "dropout"),
 # which whole launches take on compute capability 9.0 unless FLASH_ATTN_CUTE_SM90=0.
 BUILT_FWD_SM90_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _C.built_fwd_sm90_kernels())
-# The Hopper backward's, which plain, non-deterministic calls take on compute capability 9.0 unless
-# FLASH_ATTN_CUTE_SM90_BWD=0.
+# The Hopper backward's (every variant), which non-deterministic calls take on compute capability 9.0
+# unless FLASH_ATTN_CUTE_SM90_BWD=0.
 BUILT_BWD_SM90_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _C.built_bwd_sm90_kernels())
 
 
