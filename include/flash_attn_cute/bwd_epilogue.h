@@ -9,6 +9,7 @@
 #include "block_info.h"
 #include "bwd_api.h"
 #include "bwd_kernel_traits.h"  // DqHandOn
+#include "bwd_preprocess.h"
 #include "params.h"
 #include "utils.h"
 
@@ -158,6 +159,25 @@ __global__ void __launch_bounds__(Traits::kNThreads)
       *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(gdQ + row * params.dq.row_stride + col) = out;
     }
   });
+}
+
+// Both backwards' launches (Traits: BwdKernelTraits or BwdKernelTraitsSm90): D = rowsum(dO * O)
+// (bwd_preprocess.h), the main kernel on `grid` with smem_bytes of dynamic shared memory, then dQ
+// from its accumulator, which the caller zeroes first.
+template <class Traits, class Kernel>
+cudaError_t launch_bwd_passes(Kernel kernel, dim3 grid, int smem_bytes, BwdParams const& params,
+                              cudaStream_t stream) {
+  using Element = typename Traits::Element;
+  cudaError_t err = run_row_kernel(bwd_dot_do_o_kernel<Element, Traits::kBlockM, Traits::kBlockN>, params, stream);
+  if (err != cudaSuccess) return err;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (err != cudaSuccess) return err;
+  kernel<<<grid, Traits::kNThreads, smem_bytes, stream>>>(params);
+  err = cudaPeekAtLastError();
+  if (err != cudaSuccess) return err;
+  const dim3 convert_grid(ceil_div(params.seqlen_q, Traits::kBlockM), params.batch, params.heads);
+  bwd_convert_dq_fragments_kernel<Traits><<<convert_grid, Traits::kNThreads, 0, stream>>>(params);
+  return cudaPeekAtLastError();
 }
 
 }  // namespace flash_attn_cute

@@ -36,9 +36,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   constexpr int kSlot = Traits::kSmemQElems;
   const int tidx = threadIdx.x;
 
-  // The plain kernels see the right edge (causal or none) as a compile-time constant; the causal
-  // ones take a left window at run time.
-  const Window window = Has_mods ? params.window : Window{Is_causal ? params.window.left : -1, Is_causal ? 0 : -1};
+  const Window window = params.kernel_window<Has_mods, Is_causal>();
   const BlockInfo binfo(params, bidb);
   if (n_block * kBlockN >= binfo.seqlen_k) return;
   const MBlockRange range =

@@ -31,7 +31,6 @@
 #include "block_info.h"
 #include "bwd_api.h"
 #include "bwd_epilogue.h"
-#include "bwd_preprocess.h"
 #include "dropout.h"
 #include "kernel_traits.h"
 #include "kernel_traits_sm90.h"
@@ -156,9 +155,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
   const int tidx = threadIdx.x;
-  // The plain kernels see the right edge (causal or none) as a compile-time constant; the causal
-  // ones take a left window at run time.
-  const Window window = Has_mods ? params.window : Window{Is_causal ? params.window.left : -1, Is_causal ? 0 : -1};
+  const Window window = params.kernel_window<Has_mods, Is_causal>();
   const BlockInfo binfo(params, bidb);
   if (n_block * kBlockN >= binfo.seqlen_k) return;
   const MBlockRange range = bwd_m_block_range(n_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window);
@@ -473,26 +470,16 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_sm90_kernel(__
 #endif
 }
 
-// D = rowsum(dO * O) (bwd_preprocess.h), the main kernel, then dQ from its accumulator (zeroed by the
-// caller). Not deterministic; a 1-D grid of key blocks x batch x KV heads (bwd_cta_tile).
+// The launches (launch_bwd_passes, bwd_epilogue.h). Not deterministic; a 1-D grid of key blocks x
+// batch x KV heads (bwd_cta_tile).
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd_sm90(BwdParams const& params, cudaStream_t stream) {
-  using Element = typename ElementOf<kDType>::type;
-  using Traits = BwdKernelTraitsSm90<kHeadDim, Element>;
-  cudaError_t err = run_row_kernel(bwd_dot_do_o_kernel<Element, Traits::kBlockM, Traits::kBlockN>, params, stream);
-  if (err != cudaSuccess) return err;
-  auto kernel = flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant>;
+  using Traits = BwdKernelTraitsSm90<kHeadDim, typename ElementOf<kDType>::type>;
   constexpr int kSmemBytes = kVariant == Variant::kDropout ? Traits::kSmemBytesDropout : Traits::kSmemBytes;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-  if (err != cudaSuccess) return err;
   const int64_t ctas = int64_t(ceil_div(params.seqlen_k, Traits::kBlockN)) * params.batch * params.heads_k;
   if (ctas > INT32_MAX) return cudaErrorInvalidConfiguration;
-  kernel<<<unsigned(ctas), Traits::kNThreads, kSmemBytes, stream>>>(params);
-  err = cudaPeekAtLastError();
-  if (err != cudaSuccess) return err;
-  const dim3 convert_grid(ceil_div(params.seqlen_q, Traits::kBlockM), params.batch, params.heads);
-  bwd_convert_dq_fragments_kernel<Traits><<<convert_grid, Traits::kNThreads, 0, stream>>>(params);
-  return cudaPeekAtLastError();
+  return launch_bwd_passes<Traits>(flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant>, dim3(unsigned(ctas)),
+                                   kSmemBytes, params, stream);
 }
 
 }  // namespace flash_attn_cute

@@ -54,9 +54,7 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
 
   const BlockInfo binfo(params, bidb);
   if (m_block * kBlockM >= binfo.seqlen_q) return;
-  // The plain kernels see the right edge (causal or none) as a compile-time constant; the causal
-  // ones take a left window at run time.
-  const Window window = Has_mods ? params.window : Window{Is_causal ? params.window.left : -1, Is_causal ? 0 : -1};
+  const Window window = params.kernel_window<Has_mods, Is_causal>();
   NBlockRange range = fwd_n_block_range(m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window);
   if constexpr (Is_split) range = split_n_block_range(range, params.num_splits, split);
   const int bidh_kv = bidh / (params.heads / params.heads_k);

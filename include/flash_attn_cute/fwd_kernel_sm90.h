@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
 
   const BlockInfo binfo(params, bidb);
   if (m_block * kBlockM >= binfo.seqlen_q) return;
-  const Window window = Has_mods ? params.window : Window{Is_causal ? params.window.left : -1, Is_causal ? 0 : -1};
+  const Window window = params.kernel_window<Has_mods, Is_causal>();
   const NBlockRange range = fwd_n_block_range(m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window);
   const int bidh_kv = bidh / (params.heads / params.heads_k);
   const int rows_left = binfo.seqlen_q - m_block * kBlockM;

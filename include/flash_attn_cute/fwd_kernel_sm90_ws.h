@@ -330,7 +330,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   if constexpr (Is_dropout) record_rng_state(params.dropout);
   const FwdWsTileOrder tiles = FwdWsTileOrder::make(ceil_div(params.seqlen_q, kBlockM), params.batch, params.heads,
                                                     int64_t(params.seqlen_k) * kHeadDim * 2 * sizeof(Element), Is_causal);
-  const Window window = Has_mods ? params.window : Window{Is_causal ? params.window.left : -1, Is_causal ? 0 : -1};
+  const Window window = params.kernel_window<Has_mods, Is_causal>();
 
   // Shared memory: Q, K's buffers, V's buffers, O where it has its own (each a whole number of
   // swizzle atoms; else O reuses Q's space), the barriers.

@@ -112,6 +112,14 @@ struct FwdParams {
     return softcap > 0.f || alibi_slopes != nullptr || window_needs_mods(window, is_causal);
   }
 
+  // The window a kernel instantiation applies: the score-mod and dropout kernels (Has_mods) take
+  // `window` as is; the plain kernels see the right edge (causal or none) as a compile-time
+  // constant, and the causal ones take a left window at run time.
+  template <bool Has_mods, bool Is_causal>
+  FLASH_PARAMS_HOST_DEVICE Window kernel_window() const {
+    return Has_mods ? window : Window{Is_causal ? window.left : -1, Is_causal ? 0 : -1};
+  }
+
   // The ALiBi slope of (batch entry, head) in units of the softmax scale (the kernels' scores), or
   // 0 without ALiBi.
   FLASH_PARAMS_HOST_DEVICE float alibi_slope_scaled(int bidb, int bidh) const {
