@@ -257,7 +257,8 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       fwd_score_mods<kSoftcap, decltype(is_masked)::value>(tSrS, tScS, int(m_start), n_block * kBlockN, mask,
                                                             params.softcap, alibi_slope);
       Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
-      softmax.template rescale_o<decltype(is_masked)::value>(is_first, tSrS_rc, tOrO_rc, params.softmax_scale_log2);
+      softmax.template rescale_o<decltype(is_masked)::value, Traits::fma_exp2_every(kSoftcap)>(
+          is_first, tSrS_rc, tOrO_rc, params.softmax_scale_log2);
       Tensor rP = convert_type<Element>(tSrS);  // (MMA, MMA_M, MMA_N)
       if constexpr (Is_dropout) {
         Tensor rP_blocks = make_tensor(rP.data(), acc_layout_mma_blocks(rP.layout()));  // ((2, 2), MMA_M, N / 8)
