@@ -137,7 +137,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
     wait_copies_and_sync();  // K(n_block) has landed; P V(n_block + 1) is done with V's buffer
     load_kv(tVgV, tVsV, n_block, is_masked);
     cp_async_fence();
-    wgmma_gemm<!kBiasFirst>(tiled_mma_s, tSrQ, tSrK, tSrS);
+    wgmma_issue<!kBiasFirst>(tiled_mma_s, tSrQ, tSrK, tSrS);
+    // Dropout's words depend on the coordinates alone: drawn while Q K^T runs.
+    [[maybe_unused]] const auto dropout_words =
+        draw_dropout_words_before_wait<Is_dropout>(dropout_rng, tScS_blocks, bh, int(m_start), n_block * kBlockN);
+    warpgroup_mma_done(tSrS);
     fwd_score_mods<kSoftcap, decltype(is_masked)::value>(tSrS, tScS, int(m_start), n_block * kBlockN, mask,
                                                           params.softcap, alibi_slope);
     wait_copies_and_sync();  // V(n_block) has landed; Q K^T is done with K's buffer
@@ -151,7 +155,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
     Tensor rP = convert_type<Element>(tSrS);                              // (MMA, MMA_M, MMA_N)
     if constexpr (Is_dropout) {
       Tensor rP_blocks = make_tensor(rP.data(), acc_layout_mma_blocks(rP.layout()));  // ((2, 2), MMA_M, N / 8)
-      zero_dropped(rP_blocks, dropout_rng, tScS_blocks, bh, int(m_start), n_block * kBlockN);
+      zero_dropped(rP_blocks, dropout_words, dropout_rng.threshold);
     }
     Tensor tOrP = make_tensor(rP.data(), acc_layout_as_A(rP.layout()));  // (MMA, MMA_M, MMA_K)
     wgmma_gemm<false>(tiled_mma_o, tOrP, tOrVt, tOrO);

@@ -251,6 +251,9 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       if (!is_first) wgmma_issue<false>(tiled_mma_o, tOrP, tOrVt(_, _, _, barriers.v.stage(i - 1)), tOrO);
       wgmma_issue<!kBiasFirst>(tiled_mma_s, tSrQ, tSrK(_, _, _, barriers.k.stage(i)), tSrS);
       pass_turn();
+      // Dropout's words depend on the coordinates alone: drawn while this turn's MMAs run.
+      [[maybe_unused]] const auto dropout_words =
+          draw_dropout_words_before_wait<Is_dropout>(dropout_rng, tScS_blocks, bh, int(m_start), n_block * kBlockN);
       warpgroup_mma_done(tSrS, tOrO, tOrP);
       barriers.k.release(i);
       if (!is_first) barriers.v.release(i - 1);
@@ -262,7 +265,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       Tensor rP = convert_type<Element>(tSrS);  // (MMA, MMA_M, MMA_N)
       if constexpr (Is_dropout) {
         Tensor rP_blocks = make_tensor(rP.data(), acc_layout_mma_blocks(rP.layout()));  // ((2, 2), MMA_M, N / 8)
-        zero_dropped(rP_blocks, dropout_rng, tScS_blocks, bh, int(m_start), n_block * kBlockN);
+        zero_dropped(rP_blocks, dropout_words, dropout_rng.threshold);
       }
 #pragma unroll
       for (int j = 0; j < size(rP); ++j) tOrP(j) = rP(j);
