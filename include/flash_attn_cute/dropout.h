@@ -243,14 +243,13 @@ __device__ __forceinline__ void zero_dropped(Frag& x, DropoutRng const& rng, Coo
 // The sign carries the mask past the dP GEMM, with no register: dscores<true> then forms
 // dS = max(P, 0) dP - |P| D, and max(P, 0) is the P * keep that dV takes (relu_pairs).
 // prmt's sign mode spreads a lane's bit 15 over a whole word, of which P takes the sign bit.
-template <class Frag, class Coords>
-__device__ __forceinline__ void negate_dropped(Frag& x, DropoutRng const& rng, Coords const& tScS, uint32_t bh,
-                                               int row0, int col0) {
+template <class Frag, class Words>
+__device__ __forceinline__ void negate_dropped(Frag& x, Words const& words, uint32_t threshold) {
   static_assert(sizeof(typename Frag::value_type) == 4);
-  for_each_dropout_word(draw_dropout_words(rng, tScS, bh, row0, col0), [&](int m, int n, uint32_t word) {
+  for_each_dropout_word(words, [&](int m, int n, uint32_t word) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const uint32_t lanes = dropped_lanes(word, h, rng.threshold);
+      const uint32_t lanes = dropped_lanes(word, h, threshold);
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float& v = x(2 * h + e, m, n);
@@ -258,6 +257,13 @@ __device__ __forceinline__ void negate_dropped(Frag& x, DropoutRng const& rng, C
       }
     }
   });
+}
+
+// negate_dropped with the words drawn here, for the fragment whose coordinates tScS gives.
+template <class Frag, class Coords>
+__device__ __forceinline__ void negate_dropped(Frag& x, DropoutRng const& rng, Coords const& tScS, uint32_t bh,
+                                               int row0, int col0) {
+  negate_dropped(x, draw_dropout_words(rng, tScS, bh, row0, col0), rng.threshold);
 }
 
 // x = max(x, 0) over a fragment of 16-bit floats, two at a time (the backward's P * keep for dV).
