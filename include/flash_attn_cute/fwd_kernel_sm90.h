@@ -117,6 +117,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
   Softmax<2 * decltype(size<1>(tOrO))::value, Traits::kLazyRescale> softmax;
   const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
   const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
+  const bool has_alibi = alibi_slope != 0.f;  // no bias work without a slope
   Tensor tOrO_rc = make_tensor(tOrO.data(), acc_layout_rowcol(tOrO.layout()));  // (rows, head_dim cols)
   Tensor tScS_blocks = make_tensor(tScS.data(), acc_layout_mma_blocks(tScS.layout()));  // ((2, 2), MMA_M, N / 8)
   [[maybe_unused]] DropoutRng dropout_rng(0, 0, 0);
@@ -125,19 +126,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
 
   // One key block: S = Q K^T, mask, online softmax, O += P V. On entry K(n_block) is in flight;
   // on exit K(n_block - 1) is, if it exists. with_softcap: std::true_type or std::false_type.
-  // The score mods as in fwd_kernel.h: without softcap, ALiBi (0 without slopes) is S's initial
-  // value and Q K^T accumulates onto it; softcap's tanh comes first, then the bias.
+  // The score mods as in fwd_kernel.h: without softcap, ALiBi (where the head has a slope) is S's
+  // initial value and Q K^T accumulates onto it; softcap's tanh comes first, then the bias.
   auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap) __attribute__((always_inline)) {
     constexpr bool kSoftcap = decltype(with_softcap)::value;
-    constexpr bool kBiasFirst = Has_mods && !kSoftcap;
+    const bool bias_first = !kSoftcap && has_alibi;
     Tensor tSrS = partition_fragment_C(tiled_mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
-    if constexpr (kBiasFirst) {
+    if (bias_first) {
       fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
     }
     wait_copies_and_sync();  // K(n_block) has landed; P V(n_block + 1) is done with V's buffer
     load_kv(tVgV, tVsV, n_block, is_masked);
     cp_async_fence();
-    wgmma_issue<!kBiasFirst>(tiled_mma_s, tSrQ, tSrK, tSrS);
+    wgmma_issue(tiled_mma_s, tSrQ, tSrK, tSrS, /*zero_init=*/!bias_first);
     // Dropout's words depend on the coordinates alone: drawn while Q K^T runs.
     [[maybe_unused]] const auto dropout_words =
         draw_dropout_words_before_wait<Is_dropout>(dropout_rng, tScS_blocks, bh, int(m_start), n_block * kBlockN);

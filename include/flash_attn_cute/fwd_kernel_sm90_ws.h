@@ -231,25 +231,26 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     Softmax<2 * decltype(size<1>(tOrO))::value, Traits::kLazyRescale> softmax;
     const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
     const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
+    const bool has_alibi = alibi_slope != 0.f;  // the tile's, warp-uniform: no bias work without a slope
     [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
     clear(tOrO);
 
     // One key block: in a turn, O += P V of the previous block and S = Q K^T of this one; then
     // mask and online softmax into P. Use i of the rings holds this block's K and V. The score
-    // mods as in fwd_kernel.h: without softcap, ALiBi (0 without slopes) is S's initial value and
-    // Q K^T accumulates onto it; softcap's tanh comes first, then the bias.
+    // mods as in fwd_kernel.h: without softcap, ALiBi (where the head has a slope) is S's initial
+    // value and Q K^T accumulates onto it; softcap's tanh comes first, then the bias.
     auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap) __attribute__((always_inline)) {
       constexpr bool kSoftcap = decltype(with_softcap)::value;
-      constexpr bool kBiasFirst = Has_mods && !kSoftcap;
+      const bool bias_first = !kSoftcap && has_alibi;
       Tensor tSrS = partition_fragment_C(tiled_mma_s, tile_mn);  // (MMA, MMA_M, MMA_N)
-      if constexpr (kBiasFirst) {
+      if (bias_first) {
         fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
       }
       barriers.k.wait(i);
       if (!is_first) barriers.v.wait(i - 1);
       take_turn();
       if (!is_first) wgmma_issue<false>(tiled_mma_o, tOrP, tOrVt(_, _, _, barriers.v.stage(i - 1)), tOrO);
-      wgmma_issue<!kBiasFirst>(tiled_mma_s, tSrQ, tSrK(_, _, _, barriers.k.stage(i)), tSrS);
+      wgmma_issue(tiled_mma_s, tSrQ, tSrK(_, _, _, barriers.k.stage(i)), tSrS, /*zero_init=*/!bias_first);
       pass_turn();
       // Dropout's words depend on the coordinates alone: drawn while this turn's MMAs run.
       [[maybe_unused]] const auto dropout_words =

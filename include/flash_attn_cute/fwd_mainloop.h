@@ -10,14 +10,14 @@
 namespace flash_attn_cute {
 
 // The score transforms that follow Q K^T in a forward step on the tile whose first row / key are
-// row0 / col0: with softcap, its tanh and then the ALiBi bias (a slope of 0 without slopes; without
+// row0 / col0: with softcap, its tanh and then the ALiBi bias where the head has a slope (without
 // softcap the bias was S's initial value); then, in a masked step, the mask.
 template <bool kSoftcap, bool kMasked, class TensorS, class TensorC>
 __device__ __forceinline__ void fwd_score_mods(TensorS& tSrS, TensorC const& tScS, int row0, int col0,
                                                FwdMask const& mask, float softcap, float alibi_slope) {
   if constexpr (kSoftcap) {
     apply_softcap(tSrS, softcap);
-    apply_alibi(tSrS, tScS, row0, col0, mask.seqlen_q, mask.seqlen_k, false, alibi_slope);
+    if (alibi_slope != 0.f) apply_alibi(tSrS, tScS, row0, col0, mask.seqlen_q, mask.seqlen_k, false, alibi_slope);
   }
   if constexpr (kMasked) mask.apply(tSrS, tScS, row0, col0);
 }

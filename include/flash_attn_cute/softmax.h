@@ -47,7 +47,7 @@ FLASH_HOST_DEVICE float float_from_bits(uint32_t bits) {
 }
 
 // 2^x in FP32 arithmetic (FMA and integer pipes) instead of the MUFU unit's exp2, for kernels whose
-// softmax waits on MUFU (the Hopper forward at head dim 64, softcap's tanh + exp2). For x up to 127:
+// softmax waits on MUFU (the Hopper forward with softcap: tanh + exp2 per score). For x up to 127:
 // x = n + f with n = round(x) and |f| <= 1/2, 2^f from a degree-3 minimax polynomial (relative
 // error 7.5e-5, below the rounding of P to bf16 or fp16), n added to its exponent bits. x below
 // -125 gives 2^-125 (the least n whose result stays a normal float), never 0: only for scores that
