@@ -125,20 +125,22 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
   [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
 
   // One key block: S = Q K^T, mask, online softmax, O += P V. On entry K(n_block) is in flight;
-  // on exit K(n_block - 1) is, if it exists. with_softcap: std::true_type or std::false_type.
+  // on exit K(n_block - 1) is, if it exists. with_softcap, bias_first: cute::true_type or false_type
+  // (fwd_walk_sm90).
   // The score mods as in fwd_kernel.h: without softcap, ALiBi (where the head has a slope) is S's
   // initial value and Q K^T accumulates onto it; softcap's tanh comes first, then the bias.
-  auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap) __attribute__((always_inline)) {
+  auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap,
+                      auto bias_first) __attribute__((always_inline)) {
     constexpr bool kSoftcap = decltype(with_softcap)::value;
-    const bool bias_first = !kSoftcap && has_alibi;
+    constexpr bool kBiasFirst = decltype(bias_first)::value;
     Tensor tSrS = partition_fragment_C(tiled_mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
-    if (bias_first) {
+    if constexpr (kBiasFirst) {
       fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
     }
     wait_copies_and_sync();  // K(n_block) has landed; P V(n_block + 1) is done with V's buffer
     load_kv(tVgV, tVsV, n_block, is_masked);
     cp_async_fence();
-    wgmma_issue(tiled_mma_s, tSrQ, tSrK, tSrS, /*zero_init=*/!bias_first);
+    wgmma_issue<!kBiasFirst>(tiled_mma_s, tSrQ, tSrK, tSrS);
     // Dropout's words depend on the coordinates alone: drawn while Q K^T runs.
     [[maybe_unused]] const auto dropout_words =
         draw_dropout_words_before_wait<Is_dropout>(dropout_rng, tScS_blocks, bh, int(m_start), n_block * kBlockN);
@@ -166,7 +168,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
     copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, tQgQ, tQsQ, tQcQ, rows_left, params.head_dim);
     load_kv(tKgK, tKsK, range.n_block_max - 1, cute::true_type{});
     cp_async_fence();
-    fwd_walk(range, cute::bool_constant<Is_softcap>{}, fwd_step);
+    fwd_walk_sm90<Has_mods, Is_softcap>(range, has_alibi, fwd_step);
   }
   // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
   auto lse = softmax.finalize(tOrO_rc, params.softmax_scale, Is_dropout ? params.dropout.rp : 1.f);

@@ -239,18 +239,19 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     // mask and online softmax into P. Use i of the rings holds this block's K and V. The score
     // mods as in fwd_kernel.h: without softcap, ALiBi (where the head has a slope) is S's initial
     // value and Q K^T accumulates onto it; softcap's tanh comes first, then the bias.
-    auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap) __attribute__((always_inline)) {
+    auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap,
+                        auto bias_first) __attribute__((always_inline)) {
       constexpr bool kSoftcap = decltype(with_softcap)::value;
-      const bool bias_first = !kSoftcap && has_alibi;
+      constexpr bool kBiasFirst = decltype(bias_first)::value;
       Tensor tSrS = partition_fragment_C(tiled_mma_s, tile_mn);  // (MMA, MMA_M, MMA_N)
-      if (bias_first) {
+      if constexpr (kBiasFirst) {
         fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
       }
       barriers.k.wait(i);
       if (!is_first) barriers.v.wait(i - 1);
       take_turn();
       if (!is_first) wgmma_issue<false>(tiled_mma_o, tOrP, tOrVt(_, _, _, barriers.v.stage(i - 1)), tOrO);
-      wgmma_issue(tiled_mma_s, tSrQ, tSrK(_, _, _, barriers.k.stage(i)), tSrS, /*zero_init=*/!bias_first);
+      wgmma_issue<!kBiasFirst>(tiled_mma_s, tSrQ, tSrK(_, _, _, barriers.k.stage(i)), tSrS);
       pass_turn();
       // Dropout's words depend on the coordinates alone: drawn while this turn's MMAs run.
       [[maybe_unused]] const auto dropout_words =
@@ -275,7 +276,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
 
     const bool has_keys = range.n_block_max > range.n_block_min;
     if (has_keys) {
-      fwd_walk(range, cute::bool_constant<Is_softcap>{}, fwd_step);
+      fwd_walk_sm90<Has_mods, Is_softcap>(range, has_alibi, fwd_step);
       // The tile's Q K^T are done. With O in shared memory of its own, the producer may now load
       // the next tile's Q, and then its K and V, during the last P V and the epilogue.
       if constexpr (Traits::kSeparateO) barriers.q.release(q_use);

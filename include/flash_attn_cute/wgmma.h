@@ -21,27 +21,21 @@ __host__ __device__ constexpr auto acc_layout_mma_blocks(Layout acc) {
                      make_layout(get<0, 2>(acc), get<2>(acc)));
 }
 
-// Issues acc = A B (zero_init) or acc += A B, one warpgroup MMA per k16 slab, A from shared memory
-// (descriptors) or registers, as one commit group; warpgroup_mma_done waits for it.
-template <class TiledMma, class TensorA, class TensorB, class TensorAcc>
-__device__ __forceinline__ void wgmma_issue(TiledMma& tiled_mma, TensorA& tCrA, TensorB const& tCrB, TensorAcc& acc,
-                                            bool zero_init) {
+// Issues acc (+)= A B, one warpgroup MMA per k16 slab, A from shared memory (descriptors) or
+// registers, as one commit group; warpgroup_mma_done waits for it.
+template <bool kZeroInit, class TiledMma, class TensorA, class TensorB, class TensorAcc>
+__device__ __forceinline__ void wgmma_issue(TiledMma& tiled_mma, TensorA& tCrA, TensorB const& tCrB, TensorAcc& acc) {
   constexpr bool kARegs = !std::is_same_v<typename TensorA::value_type, GmmaDescriptor>;
   if constexpr (kARegs) warpgroup_fence_operand(tCrA);
   warpgroup_fence_operand(acc);
   warpgroup_arrive();
-  tiled_mma.accumulate_ = zero_init ? SM90::GMMA::ScaleOut::Zero : SM90::GMMA::ScaleOut::One;
+  tiled_mma.accumulate_ = kZeroInit ? SM90::GMMA::ScaleOut::Zero : SM90::GMMA::ScaleOut::One;
 #pragma unroll
   for (int k = 0; k < size<2>(tCrA); ++k) {
     gemm(tiled_mma, tCrA(_, _, k), tCrB(_, _, k), acc);
     tiled_mma.accumulate_ = SM90::GMMA::ScaleOut::One;
   }
   warpgroup_commit_batch();
-}
-
-template <bool kZeroInit, class TiledMma, class TensorA, class TensorB, class TensorAcc>
-__device__ __forceinline__ void wgmma_issue(TiledMma& tiled_mma, TensorA& tCrA, TensorB const& tCrB, TensorAcc& acc) {
-  wgmma_issue(tiled_mma, tCrA, tCrB, acc, kZeroInit);
 }
 
 // Waits for every MMA this warpgroup issued: acc is ready, their shared memory free again.
