@@ -92,7 +92,8 @@ struct FwdKernelTraitsSm90Ws {
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = 224;
   static_assert(kNProducerThreads * kProducerRegs + kNConsumerThreads * kConsumerRegs <= 65536);
-  static constexpr bool kLazyRescale = kHeadDim > 64 && kVariant == Variant::kPlain;
+  // The lazy rescale (softmax.h) in every variant: the consumers' registers hold it.
+  static constexpr bool kLazyRescale = kHeadDim > 64;
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0);
   static constexpr int fma_exp2_every(bool softcap) { return fwd_sm90_fma_exp2_every(kHeadDim, kVariant, softcap); }
 
