@@ -167,8 +167,9 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
     load_kv(tVgV, tVsV, v_ptr, params.v, n_block, is_masked);
     cp_async_fence();
     gemm_ss(tiled_mma, tSrS, tSrQ, tSrK, tSsQ, tSsK, smem_tiled_copy_Q, smem_tiled_copy_K, tidx);
-    fwd_score_mods<kSoftcap, decltype(is_masked)::value>(tSrS, tScS, int(m_start), n_block * kBlockN, mask,
-                                                          params.softcap, alibi_slope);
+    // The softcap loop adds the bias (a slope of 0 without one).
+    fwd_score_mods<kSoftcap, decltype(is_masked)::value, true>(tSrS, tScS, int(m_start), n_block * kBlockN, mask,
+                                                                params.softcap, alibi_slope);
     cp_async_wait<0>();
     barrier();  // V(n_block) has landed; every warp is done reading K(n_block) and Q
     if (n_block > range.n_block_min) {

@@ -125,14 +125,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
   [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
 
   // One key block: S = Q K^T, mask, online softmax, O += P V. On entry K(n_block) is in flight;
-  // on exit K(n_block - 1) is, if it exists. with_softcap, bias_first: cute::true_type or false_type
+  // on exit K(n_block - 1) is, if it exists. with_softcap, with_alibi: cute::true_type or false_type
   // (fwd_walk_sm90).
   // The score mods as in fwd_kernel.h: without softcap, ALiBi (where the head has a slope) is S's
   // initial value and Q K^T accumulates onto it; softcap's tanh comes first, then the bias.
   auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap,
-                      auto bias_first) __attribute__((always_inline)) {
+                      auto with_alibi) __attribute__((always_inline)) {
     constexpr bool kSoftcap = decltype(with_softcap)::value;
-    constexpr bool kBiasFirst = decltype(bias_first)::value;
+    constexpr bool kBiasFirst = !kSoftcap && decltype(with_alibi)::value;
     Tensor tSrS = partition_fragment_C(tiled_mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
     if constexpr (kBiasFirst) {
       fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
@@ -145,8 +145,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
     [[maybe_unused]] const auto dropout_words =
         draw_dropout_words_before_wait<Is_dropout>(dropout_rng, tScS_blocks, bh, int(m_start), n_block * kBlockN);
     warpgroup_mma_done(tSrS);
-    fwd_score_mods<kSoftcap, decltype(is_masked)::value>(tSrS, tScS, int(m_start), n_block * kBlockN, mask,
-                                                          params.softcap, alibi_slope);
+    fwd_score_mods<kSoftcap, decltype(is_masked)::value, decltype(with_alibi)::value>(
+        tSrS, tScS, int(m_start), n_block * kBlockN, mask, params.softcap, alibi_slope);
     wait_copies_and_sync();  // V(n_block) has landed; Q K^T is done with K's buffer
     if (n_block > range.n_block_min) {
       load_kv(tKgK, tKsK, n_block - 1, cute::false_type{});

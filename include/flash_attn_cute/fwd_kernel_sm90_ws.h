@@ -240,9 +240,9 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     // mods as in fwd_kernel.h: without softcap, ALiBi (where the head has a slope) is S's initial
     // value and Q K^T accumulates onto it; softcap's tanh comes first, then the bias.
     auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap,
-                        auto bias_first) __attribute__((always_inline)) {
+                        auto with_alibi) __attribute__((always_inline)) {
       constexpr bool kSoftcap = decltype(with_softcap)::value;
-      constexpr bool kBiasFirst = decltype(bias_first)::value;
+      constexpr bool kBiasFirst = !kSoftcap && decltype(with_alibi)::value;
       Tensor tSrS = partition_fragment_C(tiled_mma_s, tile_mn);  // (MMA, MMA_M, MMA_N)
       if constexpr (kBiasFirst) {
         fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
@@ -259,8 +259,8 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       warpgroup_mma_done(tSrS, tOrO, tOrP);
       barriers.k.release(i);
       if (!is_first) barriers.v.release(i - 1);
-      fwd_score_mods<kSoftcap, decltype(is_masked)::value>(tSrS, tScS, int(m_start), n_block * kBlockN, mask,
-                                                            params.softcap, alibi_slope);
+      fwd_score_mods<kSoftcap, decltype(is_masked)::value, decltype(with_alibi)::value>(
+          tSrS, tScS, int(m_start), n_block * kBlockN, mask, params.softcap, alibi_slope);
       Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
       softmax.template rescale_o<decltype(is_masked)::value, Traits::fma_exp2_every(kSoftcap)>(
           is_first, tSrS_rc, tOrO_rc, params.softmax_scale_log2);

@@ -11,14 +11,14 @@
 namespace flash_attn_cute {
 
 // The score transforms that follow Q K^T in a forward step on the tile whose first row / key are
-// row0 / col0: with softcap, its tanh and then the ALiBi bias where the head has a slope (without
-// softcap the bias was S's initial value); then, in a masked step, the mask.
-template <bool kSoftcap, bool kMasked, class TensorS, class TensorC>
+// row0 / col0: with softcap, its tanh and then (kAlibi) the ALiBi bias (without softcap the bias was
+// S's initial value); then, in a masked step, the mask.
+template <bool kSoftcap, bool kMasked, bool kAlibi, class TensorS, class TensorC>
 __device__ __forceinline__ void fwd_score_mods(TensorS& tSrS, TensorC const& tScS, int row0, int col0,
                                                FwdMask const& mask, float softcap, float alibi_slope) {
   if constexpr (kSoftcap) {
     apply_softcap(tSrS, softcap);
-    if (alibi_slope != 0.f) apply_alibi(tSrS, tScS, row0, col0, mask.seqlen_q, mask.seqlen_k, false, alibi_slope);
+    if constexpr (kAlibi) apply_alibi(tSrS, tScS, row0, col0, mask.seqlen_q, mask.seqlen_k, false, alibi_slope);
   }
   if constexpr (kMasked) mask.apply(tSrS, tScS, row0, col0);
 }
@@ -56,14 +56,15 @@ __device__ __forceinline__ void fwd_mainloop(NBlockRange const& range, float sof
 }
 
 // fwd_walk for the Hopper forwards, whose softcap case is a kernel's (Is_softcap): step(n_block,
-// is_masked, is_first, with_softcap, bias_first). Without softcap, ALiBi's bias is S's initial value
-// (bias_first) where the head has a slope, in a loop of its own: a run-time choice in the step
-// would leave the MMA's scale of S a run-time value, and ptxas zeroes S before every Q K^T then.
+// is_masked, is_first, with_softcap, with_alibi), with_alibi where the head has an ALiBi slope, in
+// a loop of its own. Decided in the step, the bias's branch would end ptxas's block between the
+// tanh and the exponentials (which then no longer interleave), and without softcap leave the MMA's
+// scale of S (the bias is its initial value) a run-time value: ptxas zeroes S before every Q K^T.
 template <bool Has_mods, bool Is_softcap, class Step>
 __device__ __forceinline__ void fwd_walk_sm90(NBlockRange const& range, bool has_alibi, Step&& step) {
-  if constexpr (Has_mods && !Is_softcap) {
+  if constexpr (Has_mods) {
     if (has_alibi) {
-      fwd_walk(range, step, cute::false_type{}, cute::true_type{});
+      fwd_walk(range, step, cute::bool_constant<Is_softcap>{}, cute::true_type{});
       return;
     }
   }
