@@ -117,9 +117,11 @@ def test_varlen_score_mods(mods, deterministic):
 
 def test_window_cost_grows_with_the_window():
     """Blocks outside the window are never visited: a 1024 window over 16k keys runs far faster than
-    full attention (the benchmark reports the ratio; this only guards against a full-cost window)."""
-    q = _randn(1, 16384, 8, 128, dtype=BF16)
-    k = _randn(1, 16384, 8, 128, dtype=BF16)
+    full attention (the benchmark reports the ratio; this only guards against a full-cost window).
+    32 heads: at 8, a windowed call's kernel (0.16 ms on an H200) was about as long as the call's
+    host path (0.13-0.14 ms), so back-to-back calls timed the host (3.0-3.8x against 4.6-5.8x)."""
+    q = _randn(1, 16384, 32, 128, dtype=BF16)
+    k = _randn(1, 16384, 32, 128, dtype=BF16)
 
     def timed(**kw):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -369,6 +369,9 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
       dsum(mi) = sLseD[slot * 2 * kBlockM + kBlockM + row] * (1.f - params.dropout.p);
     }
     [[maybe_unused]] const float alibi_slope = params.alibi_slope_scaled(bidb, bidh);
+    // Dropout's words depend on the coordinates alone: drawn while the MMAs run.
+    const auto dropout_words = draw_dropout_words_before_wait<true>(
+        dropout_rng, tScSr_blocks, uint32_t(bidb * params.heads + bidh), m_start, int(n_start));
     warpgroup_mma_done(tSrS, tdPrdP);
     if (params.softcap > 0.f) apply_softcap(tSrS, params.softcap);
     if (params.alibi_slopes) {
@@ -379,7 +382,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
     probs_from_lse(tSrS_rc, lse_log2, params.softmax_scale_log2);
     Tensor tSrS_blocks = make_tensor(tSrS.data(), acc_layout_mma_blocks(tSrS.layout()));  // ((2, 2), MMA_M, N / 8)
-    negate_dropped(tSrS_blocks, dropout_rng, tScSr_blocks, uint32_t(bidb * params.heads + bidh), m_start, int(n_start));
+    negate_dropped(tSrS_blocks, dropout_words, dropout_rng.threshold);
     Tensor tdPrdP_rc = make_tensor(tdPrdP.data(), acc_layout_rowcol(tdPrdP.layout()));  // (rows, cols)
     dscores<true>(tdPrdP_rc, tSrS_rc, dsum);
     if (params.softcap > 0.f) {

@@ -146,25 +146,68 @@ struct DropoutMaskParams {
 cudaError_t run_dropout_mask(DropoutMaskParams const& params, cudaStream_t stream);  // csrc/dropout_mask.cu
 
 #if defined(__CUDACC__)
-// Calls word_fn(m, n, word) for every (MMA_M, MMA_N) block of this thread's ((2, 2), MMA_M, MMA_N) S
-// fragment: byte v of word decides entry v of the block. tScS gives the fragment's (row, col) in the
-// tile, which starts at (row0, col0) of head bh.
-template <class Coords, class Fn>
-__device__ __forceinline__ void for_each_dropout_word(DropoutRng const& rng, Coords const& tScS, uint32_t bh, int row0,
-                                                      int col0, Fn&& word_fn) {
+// The Philox words of one ((2, 2), MMA_M, MMA_N) S fragment: a chunk's four words per MMA_M and
+// every 4 consecutive MMA_N, word nn's byte v deciding entry v of block (m, 4 * chunk + nn). They
+// depend on the coordinates alone, so a kernel can draw them while its MMAs run.
+template <int kMmaM, int kMmaN>
+struct DropoutWords {
+  static_assert(kMmaN % 4 == 0, "dropout takes 32 key columns per lane at a time");
+  Philox4 chunk[kMmaM][kMmaN / 4];
+
+  __device__ __forceinline__ uint32_t word(int m, int n) const {
+    const Philox4& r = chunk[m][n / 4];
+    return n % 4 == 0 ? r.x : n % 4 == 1 ? r.y : n % 4 == 2 ? r.z : r.w;
+  }
+};
+
+// The words of this thread's S fragment, whose (row, col) in the tile tScS gives; the tile starts
+// at (row0, col0) of head bh.
+template <class Coords>
+__device__ __forceinline__ auto draw_dropout_words(DropoutRng const& rng, Coords const& tScS, uint32_t bh, int row0,
+                                                   int col0) {
   constexpr int kMmaM = decltype(cute::size<1>(tScS))::value;
   constexpr int kMmaN = decltype(cute::size<2>(tScS))::value;
-  static_assert(kMmaN % 4 == 0, "dropout takes 32 key columns per lane at a time");
+  DropoutWords<kMmaM, kMmaN> words;
 #pragma unroll
   for (int m = 0; m < kMmaM; ++m) {
 #pragma unroll
     for (int g = 0; g < kMmaN / 4; ++g) {
       const auto rc = tScS(0, m, 4 * g);
-      const Philox4 r = rng.chunk_bytes(bh, row0 + int(cute::get<0>(rc)), col0 + int(cute::get<1>(rc)));
-      const uint32_t words[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-      for (int nn = 0; nn < 4; ++nn) word_fn(m, 4 * g + nn, words[nn]);
+      words.chunk[m][g] = rng.chunk_bytes(bh, row0 + int(cute::get<0>(rc)), col0 + int(cute::get<1>(rc)));
     }
+  }
+  return words;
+}
+
+// The words drawn ahead of a warpgroup MMA wait, and nothing (an int) without dropout. ptxas
+// hoists the wait to the top of its basic block, which would put the draws after it: a branch on
+// every word ends the block here. It is taken with probability 2^-32, and then only sleeps 0 ns.
+template <bool Is_dropout, class Coords>
+__device__ __forceinline__ auto draw_dropout_words_before_wait(DropoutRng const& rng, Coords const& tScS, uint32_t bh,
+                                                               int row0, int col0) {
+  if constexpr (Is_dropout) {
+    const auto words = draw_dropout_words(rng, tScS, bh, row0, col0);
+    uint32_t all = 0;
+#pragma unroll
+    for (auto const& row : words.chunk) {
+#pragma unroll
+      for (Philox4 const& r : row) all ^= r.x ^ r.y ^ r.z ^ r.w;
+    }
+    if (all == 0x9E3779B9u) asm volatile("nanosleep.u32 0;");
+    return words;
+  } else {
+    return 0;
+  }
+}
+
+// Calls word_fn(m, n, word) for every (MMA_M, MMA_N) block of the fragment: byte v of word decides
+// entry v of the block.
+template <int kMmaM, int kMmaN, class Fn>
+__device__ __forceinline__ void for_each_dropout_word(DropoutWords<kMmaM, kMmaN> const& words, Fn&& word_fn) {
+#pragma unroll
+  for (int m = 0; m < kMmaM; ++m) {
+#pragma unroll
+    for (int n = 0; n < kMmaN; ++n) word_fn(m, n, words.word(m, n));
   }
 }
 
@@ -177,31 +220,36 @@ __device__ __forceinline__ uint32_t dropped_lanes(uint32_t word, int h, uint32_t
 // Forward: the dropped entries of P (16-bit elements, the S fragment's layout) become 0; the row
 // sums already hold them, and O is scaled by 1 / (1 - p) at the end. Entries v = 0, 1 of a block
 // share one 32-bit register, as do v = 2, 3: prmt's sign mode spreads each lane's bit 15 over the lane.
-template <class Frag, class Coords>
-__device__ __forceinline__ void zero_dropped(Frag& x, DropoutRng const& rng, Coords const& tScS, uint32_t bh, int row0,
-                                             int col0) {
+template <class Frag, class Words>
+__device__ __forceinline__ void zero_dropped(Frag& x, Words const& words, uint32_t threshold) {
   static_assert(sizeof(typename Frag::value_type) == 2);
   static_assert(decltype(cute::stride<0, 0>(x.layout()))::value == 1 &&
                 decltype(cute::stride<0, 1>(x.layout()))::value == 2);
-  for_each_dropout_word(rng, tScS, bh, row0, col0, [&](int m, int n, uint32_t word) {
+  for_each_dropout_word(words, [&](int m, int n, uint32_t word) {
     uint32_t* pairs = reinterpret_cast<uint32_t*>(&x(0, m, n));
 #pragma unroll
-    for (int h = 0; h < 2; ++h) pairs[h] &= ~byte_perm(dropped_lanes(word, h, rng.threshold), 0xBB99u);
+    for (int h = 0; h < 2; ++h) pairs[h] &= ~byte_perm(dropped_lanes(word, h, threshold), 0xBB99u);
   });
+}
+
+// zero_dropped with the words drawn here, for the fragment whose coordinates tScS gives.
+template <class Frag, class Coords>
+__device__ __forceinline__ void zero_dropped(Frag& x, DropoutRng const& rng, Coords const& tScS, uint32_t bh, int row0,
+                                             int col0) {
+  zero_dropped(x, draw_dropout_words(rng, tScS, bh, row0, col0), rng.threshold);
 }
 
 // Backward: P = -P at the dropped entries of an fp32 fragment of S's shape ((2, 2), MMA_M, MMA_N).
 // The sign carries the mask past the dP GEMM, with no register: dscores<true> then forms
 // dS = max(P, 0) dP - |P| D, and max(P, 0) is the P * keep that dV takes (relu_pairs).
 // prmt's sign mode spreads a lane's bit 15 over a whole word, of which P takes the sign bit.
-template <class Frag, class Coords>
-__device__ __forceinline__ void negate_dropped(Frag& x, DropoutRng const& rng, Coords const& tScS, uint32_t bh,
-                                               int row0, int col0) {
+template <class Frag, class Words>
+__device__ __forceinline__ void negate_dropped(Frag& x, Words const& words, uint32_t threshold) {
   static_assert(sizeof(typename Frag::value_type) == 4);
-  for_each_dropout_word(rng, tScS, bh, row0, col0, [&](int m, int n, uint32_t word) {
+  for_each_dropout_word(words, [&](int m, int n, uint32_t word) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const uint32_t lanes = dropped_lanes(word, h, rng.threshold);
+      const uint32_t lanes = dropped_lanes(word, h, threshold);
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float& v = x(2 * h + e, m, n);
@@ -209,6 +257,13 @@ __device__ __forceinline__ void negate_dropped(Frag& x, DropoutRng const& rng, C
       }
     }
   });
+}
+
+// negate_dropped with the words drawn here, for the fragment whose coordinates tScS gives.
+template <class Frag, class Coords>
+__device__ __forceinline__ void negate_dropped(Frag& x, DropoutRng const& rng, Coords const& tScS, uint32_t bh,
+                                               int row0, int col0) {
+  negate_dropped(x, draw_dropout_words(rng, tScS, bh, row0, col0), rng.threshold);
 }
 
 // x = max(x, 0) over a fragment of 16-bit floats, two at a time (the backward's P * keep for dV).

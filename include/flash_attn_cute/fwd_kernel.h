@@ -150,13 +150,14 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
 
   // One key block: S = Q K^T, mask, online softmax, O += P V. On entry K(n_block) is in flight;
   // on exit K(n_block - 1) is, if it exists. with_softcap: std::true_type or std::false_type.
-  // ALiBi (the symmetric form; the shift after finalize gives the causal form's LSE) costs no branch:
-  // the slope is 0 without it. Without softcap the bias is S's initial value, written while the
-  // tiles load; softcap's tanh comes before the bias, which is then added to its result.
+  // ALiBi (the symmetric form; the shift after finalize gives the causal form's LSE) where the head
+  // has a slope (a branch per block, uniform over the CTA). Without softcap the bias is S's initial
+  // value, written while the tiles load; softcap's tanh comes before the bias, which is then added
+  // to its result.
   auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap) __attribute__((always_inline)) {
     constexpr bool kSoftcap = decltype(with_softcap)::value;
     Tensor tSrS = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
-    if constexpr (Has_mods && !kSoftcap) {
+    if (!kSoftcap && alibi_slope != 0.f) {
       fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
     } else {
       clear(tSrS);
@@ -166,8 +167,9 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
     load_kv(tVgV, tVsV, v_ptr, params.v, n_block, is_masked);
     cp_async_fence();
     gemm_ss(tiled_mma, tSrS, tSrQ, tSrK, tSsQ, tSsK, smem_tiled_copy_Q, smem_tiled_copy_K, tidx);
-    fwd_score_mods<kSoftcap, decltype(is_masked)::value>(tSrS, tScS, int(m_start), n_block * kBlockN, mask,
-                                                          params.softcap, alibi_slope);
+    // The softcap loop adds the bias (a slope of 0 without one).
+    fwd_score_mods<kSoftcap, decltype(is_masked)::value, true>(tSrS, tScS, int(m_start), n_block * kBlockN, mask,
+                                                                params.softcap, alibi_slope);
     cp_async_wait<0>();
     barrier();  // V(n_block) has landed; every warp is done reading K(n_block) and Q
     if (n_block > range.n_block_min) {

@@ -117,6 +117,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
   Softmax<2 * decltype(size<1>(tOrO))::value, Traits::kLazyRescale> softmax;
   const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
   const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
+  const bool has_alibi = alibi_slope != 0.f;  // no bias work without a slope
   Tensor tOrO_rc = make_tensor(tOrO.data(), acc_layout_rowcol(tOrO.layout()));  // (rows, head_dim cols)
   Tensor tScS_blocks = make_tensor(tScS.data(), acc_layout_mma_blocks(tScS.layout()));  // ((2, 2), MMA_M, N / 8)
   [[maybe_unused]] DropoutRng dropout_rng(0, 0, 0);
@@ -124,12 +125,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
   [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
 
   // One key block: S = Q K^T, mask, online softmax, O += P V. On entry K(n_block) is in flight;
-  // on exit K(n_block - 1) is, if it exists. with_softcap: std::true_type or std::false_type.
-  // The score mods as in fwd_kernel.h: without softcap, ALiBi (0 without slopes) is S's initial
-  // value and Q K^T accumulates onto it; softcap's tanh comes first, then the bias.
-  auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap) __attribute__((always_inline)) {
+  // on exit K(n_block - 1) is, if it exists. with_softcap, with_alibi: cute::true_type or false_type
+  // (fwd_walk_sm90).
+  // The score mods as in fwd_kernel.h: without softcap, ALiBi (where the head has a slope) is S's
+  // initial value and Q K^T accumulates onto it; softcap's tanh comes first, then the bias.
+  auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap,
+                      auto with_alibi) __attribute__((always_inline)) {
     constexpr bool kSoftcap = decltype(with_softcap)::value;
-    constexpr bool kBiasFirst = Has_mods && !kSoftcap;
+    constexpr bool kBiasFirst = !kSoftcap && decltype(with_alibi)::value;
     Tensor tSrS = partition_fragment_C(tiled_mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
     if constexpr (kBiasFirst) {
       fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
@@ -137,20 +140,25 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
     wait_copies_and_sync();  // K(n_block) has landed; P V(n_block + 1) is done with V's buffer
     load_kv(tVgV, tVsV, n_block, is_masked);
     cp_async_fence();
-    wgmma_gemm<!kBiasFirst>(tiled_mma_s, tSrQ, tSrK, tSrS);
-    fwd_score_mods<kSoftcap, decltype(is_masked)::value>(tSrS, tScS, int(m_start), n_block * kBlockN, mask,
-                                                          params.softcap, alibi_slope);
+    wgmma_issue<!kBiasFirst>(tiled_mma_s, tSrQ, tSrK, tSrS);
+    // Dropout's words depend on the coordinates alone: drawn while Q K^T runs.
+    [[maybe_unused]] const auto dropout_words =
+        draw_dropout_words_before_wait<Is_dropout>(dropout_rng, tScS_blocks, bh, int(m_start), n_block * kBlockN);
+    warpgroup_mma_done(tSrS);
+    fwd_score_mods<kSoftcap, decltype(is_masked)::value, decltype(with_alibi)::value>(
+        tSrS, tScS, int(m_start), n_block * kBlockN, mask, params.softcap, alibi_slope);
     wait_copies_and_sync();  // V(n_block) has landed; Q K^T is done with K's buffer
     if (n_block > range.n_block_min) {
       load_kv(tKgK, tKsK, n_block - 1, cute::false_type{});
       cp_async_fence();
     }
     Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
-    softmax.template rescale_o<decltype(is_masked)::value>(is_first, tSrS_rc, tOrO_rc, params.softmax_scale_log2);
+    softmax.template rescale_o<decltype(is_masked)::value, Traits::fma_exp2_every(kSoftcap)>(
+        is_first, tSrS_rc, tOrO_rc, params.softmax_scale_log2);
     Tensor rP = convert_type<Element>(tSrS);                              // (MMA, MMA_M, MMA_N)
     if constexpr (Is_dropout) {
       Tensor rP_blocks = make_tensor(rP.data(), acc_layout_mma_blocks(rP.layout()));  // ((2, 2), MMA_M, N / 8)
-      zero_dropped(rP_blocks, dropout_rng, tScS_blocks, bh, int(m_start), n_block * kBlockN);
+      zero_dropped(rP_blocks, dropout_words, dropout_rng.threshold);
     }
     Tensor tOrP = make_tensor(rP.data(), acc_layout_as_A(rP.layout()));  // (MMA, MMA_M, MMA_K)
     wgmma_gemm<false>(tiled_mma_o, tOrP, tOrVt, tOrO);
@@ -160,7 +168,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
     copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, tQgQ, tQsQ, tQcQ, rows_left, params.head_dim);
     load_kv(tKgK, tKsK, range.n_block_max - 1, cute::true_type{});
     cp_async_fence();
-    fwd_walk(range, cute::bool_constant<Is_softcap>{}, fwd_step);
+    fwd_walk_sm90<Has_mods, Is_softcap>(range, has_alibi, fwd_step);
   }
   // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
   auto lse = softmax.finalize(tOrO_rc, params.softmax_scale, Is_dropout ? params.dropout.rp : 1.f);

@@ -231,16 +231,18 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     Softmax<2 * decltype(size<1>(tOrO))::value, Traits::kLazyRescale> softmax;
     const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
     const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
+    const bool has_alibi = alibi_slope != 0.f;  // the tile's, warp-uniform: no bias work without a slope
     [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
     clear(tOrO);
 
     // One key block: in a turn, O += P V of the previous block and S = Q K^T of this one; then
     // mask and online softmax into P. Use i of the rings holds this block's K and V. The score
-    // mods as in fwd_kernel.h: without softcap, ALiBi (0 without slopes) is S's initial value and
-    // Q K^T accumulates onto it; softcap's tanh comes first, then the bias.
-    auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap) __attribute__((always_inline)) {
+    // mods as in fwd_kernel.h: without softcap, ALiBi (where the head has a slope) is S's initial
+    // value and Q K^T accumulates onto it; softcap's tanh comes first, then the bias.
+    auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap,
+                        auto with_alibi) __attribute__((always_inline)) {
       constexpr bool kSoftcap = decltype(with_softcap)::value;
-      constexpr bool kBiasFirst = Has_mods && !kSoftcap;
+      constexpr bool kBiasFirst = !kSoftcap && decltype(with_alibi)::value;
       Tensor tSrS = partition_fragment_C(tiled_mma_s, tile_mn);  // (MMA, MMA_M, MMA_N)
       if constexpr (kBiasFirst) {
         fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
@@ -251,17 +253,21 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       if (!is_first) wgmma_issue<false>(tiled_mma_o, tOrP, tOrVt(_, _, _, barriers.v.stage(i - 1)), tOrO);
       wgmma_issue<!kBiasFirst>(tiled_mma_s, tSrQ, tSrK(_, _, _, barriers.k.stage(i)), tSrS);
       pass_turn();
+      // Dropout's words depend on the coordinates alone: drawn while this turn's MMAs run.
+      [[maybe_unused]] const auto dropout_words =
+          draw_dropout_words_before_wait<Is_dropout>(dropout_rng, tScS_blocks, bh, int(m_start), n_block * kBlockN);
       warpgroup_mma_done(tSrS, tOrO, tOrP);
       barriers.k.release(i);
       if (!is_first) barriers.v.release(i - 1);
-      fwd_score_mods<kSoftcap, decltype(is_masked)::value>(tSrS, tScS, int(m_start), n_block * kBlockN, mask,
-                                                            params.softcap, alibi_slope);
+      fwd_score_mods<kSoftcap, decltype(is_masked)::value, decltype(with_alibi)::value>(
+          tSrS, tScS, int(m_start), n_block * kBlockN, mask, params.softcap, alibi_slope);
       Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
-      softmax.template rescale_o<decltype(is_masked)::value>(is_first, tSrS_rc, tOrO_rc, params.softmax_scale_log2);
+      softmax.template rescale_o<decltype(is_masked)::value, Traits::fma_exp2_every(kSoftcap)>(
+          is_first, tSrS_rc, tOrO_rc, params.softmax_scale_log2);
       Tensor rP = convert_type<Element>(tSrS);  // (MMA, MMA_M, MMA_N)
       if constexpr (Is_dropout) {
         Tensor rP_blocks = make_tensor(rP.data(), acc_layout_mma_blocks(rP.layout()));  // ((2, 2), MMA_M, N / 8)
-        zero_dropped(rP_blocks, dropout_rng, tScS_blocks, bh, int(m_start), n_block * kBlockN);
+        zero_dropped(rP_blocks, dropout_words, dropout_rng.threshold);
       }
 #pragma unroll
       for (int j = 0; j < size(rP); ++j) tOrP(j) = rP(j);
@@ -270,7 +276,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
 
     const bool has_keys = range.n_block_max > range.n_block_min;
     if (has_keys) {
-      fwd_walk(range, cute::bool_constant<Is_softcap>{}, fwd_step);
+      fwd_walk_sm90<Has_mods, Is_softcap>(range, has_alibi, fwd_step);
       // The tile's Q K^T are done. With O in shared memory of its own, the producer may now load
       // the next tile's Q, and then its K and V, during the last P V and the epilogue.
       if constexpr (Traits::kSeparateO) barriers.q.release(q_use);

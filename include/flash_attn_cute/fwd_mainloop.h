@@ -1,5 +1,6 @@
 // The forward's walk over the key blocks, shared by the SM80 kernel (fwd_kernel.h) and the Hopper
-// one (fwd_kernel_sm90.h): which steps run masked, and one loop per softcap case.
+// ones (fwd_kernel_sm90.h, fwd_kernel_sm90_ws.h): which steps run masked, and one loop per softcap
+// (and, on Hopper, ALiBi) case.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -10,30 +11,30 @@
 namespace flash_attn_cute {
 
 // The score transforms that follow Q K^T in a forward step on the tile whose first row / key are
-// row0 / col0: with softcap, its tanh and then the ALiBi bias (a slope of 0 without slopes; without
-// softcap the bias was S's initial value); then, in a masked step, the mask.
-template <bool kSoftcap, bool kMasked, class TensorS, class TensorC>
+// row0 / col0: with softcap, its tanh and then (kAlibi) the ALiBi bias (without softcap the bias was
+// S's initial value); then, in a masked step, the mask.
+template <bool kSoftcap, bool kMasked, bool kAlibi, class TensorS, class TensorC>
 __device__ __forceinline__ void fwd_score_mods(TensorS& tSrS, TensorC const& tScS, int row0, int col0,
                                                FwdMask const& mask, float softcap, float alibi_slope) {
   if constexpr (kSoftcap) {
     apply_softcap(tSrS, softcap);
-    apply_alibi(tSrS, tScS, row0, col0, mask.seqlen_q, mask.seqlen_k, false, alibi_slope);
+    if constexpr (kAlibi) apply_alibi(tSrS, tScS, row0, col0, mask.seqlen_q, mask.seqlen_k, false, alibi_slope);
   }
   if constexpr (kMasked) mask.apply(tSrS, tScS, row0, col0);
 }
 
-// Calls step(n_block, is_masked, is_first, with_softcap) for range's key blocks from the top down;
-// is_masked and with_softcap (passed through) are cute::true_type / false_type. The first step
-// always runs masked (a no-op mask when its block is fully visible), so only the masked step
-// carries the Is_first softmax variant: one copy fewer of the loop body.
-template <class WithSoftcap, class Step>
-__device__ __forceinline__ void fwd_walk(NBlockRange const& range, WithSoftcap with_softcap, Step&& step) {
+// Calls step(n_block, is_masked, is_first, cases...) for range's key blocks from the top down;
+// is_masked and the cases (passed through: with_softcap, ...) are cute::true_type / false_type. The
+// first step always runs masked (a no-op mask when its block is fully visible), so only the masked
+// step carries the Is_first softmax variant: one copy fewer of the loop body.
+template <class Step, class... Cases>
+__device__ __forceinline__ void fwd_walk(NBlockRange const& range, Step&& step, Cases... cases) {
   for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
     const bool is_first = n_block == range.n_block_max - 1;
     if (is_first || range.is_masked(n_block)) {
-      step(n_block, cute::true_type{}, is_first, with_softcap);
+      step(n_block, cute::true_type{}, is_first, cases...);
     } else {
-      step(n_block, cute::false_type{}, false, with_softcap);
+      step(n_block, cute::false_type{}, false, cases...);
     }
   }
 }
@@ -45,13 +46,29 @@ template <bool Has_mods, class Step>
 __device__ __forceinline__ void fwd_mainloop(NBlockRange const& range, float softcap, Step&& step) {
   if constexpr (Has_mods) {
     if (softcap > 0.f) {
-      fwd_walk(range, cute::true_type{}, step);
+      fwd_walk(range, step, cute::true_type{});
     } else {
-      fwd_walk(range, cute::false_type{}, step);
+      fwd_walk(range, step, cute::false_type{});
     }
   } else {
-    fwd_walk(range, cute::false_type{}, step);
+    fwd_walk(range, step, cute::false_type{});
   }
+}
+
+// fwd_walk for the Hopper forwards, whose softcap case is a kernel's (Is_softcap): step(n_block,
+// is_masked, is_first, with_softcap, with_alibi), with_alibi where the head has an ALiBi slope, in
+// a loop of its own. Decided in the step, the bias's branch would end ptxas's block between the
+// tanh and the exponentials (which then no longer interleave), and without softcap leave the MMA's
+// scale of S (the bias is its initial value) a run-time value: ptxas zeroes S before every Q K^T.
+template <bool Has_mods, bool Is_softcap, class Step>
+__device__ __forceinline__ void fwd_walk_sm90(NBlockRange const& range, bool has_alibi, Step&& step) {
+  if constexpr (Has_mods) {
+    if (has_alibi) {
+      fwd_walk(range, step, cute::bool_constant<Is_softcap>{}, cute::true_type{});
+      return;
+    }
+  }
+  fwd_walk(range, step, cute::bool_constant<Is_softcap>{}, cute::false_type{});
 }
 
 }  // namespace flash_attn_cute

@@ -18,6 +18,14 @@ template <typename Element, int kHeadDim>
 using GmmaSmemAtomK = std::conditional_t<kHeadDim % 64 == 0, SM90::GMMA::Layout_K_SW128_Atom<Element>,
                                          SM90::GMMA::Layout_K_SW64_Atom<Element>>;
 
+// Every fma_exp2_every-th exponential of a mask-free step is computed on the FMA pipe (softmax.h's
+// exp2_fma; 0: none): with softcap up to head dim 128, where a score's two MUFU operations (tanh and
+// exp2) take as long as the step's MMAs. Session 26: hdim 64 softcap 7 % faster, hdim 128 0-2 %;
+// plain hdim 64 (one MUFU operation a score) 7 % slower. Not with dropout.
+constexpr int fwd_sm90_fma_exp2_every(int head_dim, Variant variant, bool softcap) {
+  return softcap && variant != Variant::kDropout && head_dim <= 128 ? 4 : 0;
+}
+
 template <int kHeadDim_, bool kIsCausal, typename Element_, Variant kVariant = Variant::kPlain>
 struct FwdKernelTraitsSm90 {
   using Element = Element_;
@@ -35,6 +43,7 @@ struct FwdKernelTraitsSm90 {
   // The lazy rescale (softmax.h) only in the plain kernels: unlike FwdKernelTraits, the dropout ones
   // rescale at every step too (the variant it was measured with).
   static constexpr bool kLazyRescale = kHeadDim > 64 && kVariant == Variant::kPlain;
+  static constexpr int fma_exp2_every(bool softcap) { return fwd_sm90_fma_exp2_every(kHeadDim, kVariant, softcap); }
 
   using TileS = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // (M, N, K) of S = Q K^T
   using TileO = Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBlockN>>;  // (M, N, K) of O = P V
@@ -83,8 +92,10 @@ struct FwdKernelTraitsSm90Ws {
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = 224;
   static_assert(kNProducerThreads * kProducerRegs + kNConsumerThreads * kConsumerRegs <= 65536);
-  static constexpr bool kLazyRescale = kHeadDim > 64 && kVariant == Variant::kPlain;
+  // The lazy rescale (softmax.h) in every variant: the consumers' registers hold it.
+  static constexpr bool kLazyRescale = kHeadDim > 64;
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0);
+  static constexpr int fma_exp2_every(bool softcap) { return fwd_sm90_fma_exp2_every(kHeadDim, kVariant, softcap); }
 
   // One warpgroup MMA per consumer warpgroup, each on its own 64 rows; K and V are shared.
   using TileS = Shape<_64, Int<kBlockN>, Int<kHeadDim>>;  // (M, N, K) of one warpgroup's S = Q K^T

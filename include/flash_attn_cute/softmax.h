@@ -3,6 +3,9 @@
 // kept per thread and reduced across the quad only once, in finalize().
 #pragma once
 
+#include <cstdint>
+#include <cstring>
+
 #include <cute/tensor.hpp>
 
 #include "mask.h"
@@ -21,6 +24,42 @@ struct SumOp {
 
 // How far (log2 units) a tile's row max may exceed the exponent's offset before the warp rescales.
 inline constexpr float kRescaleLog2 = 8.f;
+
+// A float's bits and back (host and device).
+FLASH_HOST_DEVICE uint32_t float_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return bits;
+#endif
+}
+
+FLASH_HOST_DEVICE float float_from_bits(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float x;
+  std::memcpy(&x, &bits, sizeof(x));
+  return x;
+#endif
+}
+
+// 2^x in FP32 arithmetic (FMA and integer pipes) instead of the MUFU unit's exp2, for kernels whose
+// softmax waits on MUFU (the Hopper forward with softcap: tanh + exp2 per score). For x up to 127:
+// x = n + f with n = round(x) and |f| <= 1/2, 2^f from a degree-3 minimax polynomial (relative
+// error 7.5e-5, below the rounding of P to bf16 or fp16), n added to its exponent bits. x below
+// -125 gives 2^-125 (the least n whose result stays a normal float), never 0: only for scores that
+// cannot be -inf (mask-free steps).
+FLASH_HOST_DEVICE float exp2_fma(float x) {
+  constexpr float kRound = 12582912.f;  // 1.5 * 2^23: the sum's low mantissa bits hold round(x)
+  x = fmaxf(x, -125.f);
+  const float shifted = x + kRound;
+  const float f = x - (shifted - kRound);
+  const float p = fmaf(fmaf(fmaf(0.05517145f, f, 0.24261060f), f, 0.69326097f), f, 0.99992812f);
+  return float_from_bits(float_bits(p) + (float_bits(shifted) << 23));
+}
 
 // kLazyRescale: after the first tile, rescale O only when a row's max outgrows its offset by more
 // than kRescaleLog2 (softmax_rescale_o); else at every tile, to the exact running max.
@@ -52,7 +91,10 @@ struct Softmax {
   // exceeds its offset by more than kRescaleLog2, a branch the whole warp takes or skips. Otherwise P
   // is at most 2^kRescaleLog2, well inside fp16's range, and the warp skips a multiply per O element;
   // finalize gives the same O and LSE either way.
-  template <bool Is_first, bool Check_inf, class TensorS, class TensorO>
+  //
+  // kFmaExp2Every > 0: in a step without -inf scores (!Check_inf), every kFmaExp2Every-th column's
+  // exponential is exp2_fma's rather than MUFU's.
+  template <bool Is_first, bool Check_inf, int kFmaExp2Every = 0, class TensorS, class TensorO>
   __device__ __forceinline__ void softmax_rescale_o(TensorS& tSrS_rc, TensorO& tOrO_rc, float scale_log2) {
     static_assert(decltype(size<0>(tSrS_rc))::value == kNRows);
     if constexpr (Is_first) {
@@ -76,7 +118,11 @@ struct Softmax {
       float sum = 0.f;
 #pragma unroll
       for (int ni = 0; ni < size<1>(tSrS_rc); ++ni) {
-        tSrS_rc(mi, ni) = exp2f(tSrS_rc(mi, ni) * scale_log2 - max_scaled);
+        if (!Check_inf && kFmaExp2Every > 0 && ni % (kFmaExp2Every > 0 ? kFmaExp2Every : 1) == kFmaExp2Every - 1) {
+          tSrS_rc(mi, ni) = exp2_fma(tSrS_rc(mi, ni) * scale_log2 - max_scaled);
+        } else {
+          tSrS_rc(mi, ni) = exp2f(tSrS_rc(mi, ni) * scale_log2 - max_scaled);
+        }
         sum += tSrS_rc(mi, ni);
       }
       row_sum(mi) += sum;
@@ -84,12 +130,12 @@ struct Softmax {
   }
 
   // softmax_rescale_o for a step function's run-time is_first (the first key block's step).
-  template <bool Check_inf, class TensorS, class TensorO>
+  template <bool Check_inf, int kFmaExp2Every = 0, class TensorS, class TensorO>
   __device__ __forceinline__ void rescale_o(bool is_first, TensorS& tSrS_rc, TensorO& tOrO_rc, float scale_log2) {
     if (is_first) {
-      softmax_rescale_o<true, Check_inf>(tSrS_rc, tOrO_rc, scale_log2);
+      softmax_rescale_o<true, Check_inf, kFmaExp2Every>(tSrS_rc, tOrO_rc, scale_log2);
     } else {
-      softmax_rescale_o<false, Check_inf>(tSrS_rc, tOrO_rc, scale_log2);
+      softmax_rescale_o<false, Check_inf, kFmaExp2Every>(tSrS_rc, tOrO_rc, scale_log2);
     }
   }
 

@@ -1356,6 +1356,27 @@ void test_alibi_apply() {
   CHECK(bwd_err < 1e-6, fmt("backward S tile (hdim 128): apply_alibi off alibi_bias by %g (relative)", bwd_err));
 }
 
+// exp2_fma (softmax.h) against exp2 in double over its domain: every 1/4096 of [-125, 127], each
+// side of the rounding points n + 1/2, and below -125 (2^-125 there, never 0 or garbage).
+void test_exp2_fma() {
+  double worst = 0, worst_x = 0;
+  auto check = [&](float x) {
+    const double err = std::abs(double(exp2_fma(x)) / std::exp2(double(x)) - 1.0);
+    if (err > worst) worst = err, worst_x = x;
+  };
+  for (int i = -125 * 4096; i <= 127 * 4096; ++i) check(float(i) / 4096.f);
+  for (int n = -125; n < 127; ++n) {
+    check(std::nextafter(n + 0.5f, -1e9f));
+    check(n + 0.5f);
+    check(std::nextafter(n + 0.5f, 1e9f));
+  }
+  CHECK(worst < 7.6e-5, fmt("exp2_fma's relative error %g at x = %.9g (the polynomial's bound: 7.5e-5)", worst, worst_x));
+  for (float x : {-125.5f, -150.f, -1e30f}) {
+    CHECK(exp2_fma(x) == exp2_fma(-125.f), fmt("exp2_fma(%g) = %g, not 2^-125's value", x, exp2_fma(x)));
+  }
+  CHECK(exp2_fma(0.f) > 0.99992f && exp2_fma(0.f) < 1.00008f, fmt("exp2_fma(0) = %.9g", exp2_fma(0.f)));
+}
+
 // ----------------------------------------------------------------------------------------------
 
 struct Case {
@@ -1380,6 +1401,7 @@ const Case kCases[] = {
     {"ws_tile_order", test_ws_tile_order},
     {"dropout_rng", test_dropout_rng},
     {"dropout_layout", test_dropout_layout},
+    {"exp2_fma", test_exp2_fma},
 };
 
 }  // namespace
