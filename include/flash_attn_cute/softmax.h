@@ -25,25 +25,13 @@ struct SumOp {
 // How far (log2 units) a tile's row max may exceed the exponent's offset before the warp rescales.
 inline constexpr float kRescaleLog2 = 8.f;
 
-// A float's bits and back (host and device).
-FLASH_HOST_DEVICE uint32_t float_bits(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof(bits));
-  return bits;
-#endif
-}
-
-FLASH_HOST_DEVICE float float_from_bits(uint32_t bits) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(bits);
-#else
-  float x;
-  std::memcpy(&x, &bits, sizeof(x));
-  return x;
-#endif
+// x's bits as a To, on the host and the device (To and From of one size).
+template <class To, class From>
+FLASH_HOST_DEVICE To bit_cast(From x) {
+  static_assert(sizeof(To) == sizeof(From));
+  To y;
+  std::memcpy(&y, &x, sizeof(y));
+  return y;
 }
 
 // 2^x in FP32 arithmetic (FMA and integer pipes) instead of the MUFU unit's exp2, for kernels whose
@@ -58,7 +46,7 @@ FLASH_HOST_DEVICE float exp2_fma(float x) {
   const float shifted = x + kRound;
   const float f = x - (shifted - kRound);
   const float p = fmaf(fmaf(fmaf(0.05517145f, f, 0.24261060f), f, 0.69326097f), f, 0.99992812f);
-  return float_from_bits(float_bits(p) + (float_bits(shifted) << 23));
+  return bit_cast<float>(bit_cast<uint32_t>(p) + (bit_cast<uint32_t>(shifted) << 23));
 }
 
 // kLazyRescale: after the first tile, rescale O only when a row's max outgrows its offset by more
