@@ -43,7 +43,7 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
     out.zero_();
     lse.fill_(INFINITY);
   }
-  if (p.batch == 0 || p.seqlen_q == 0 || p.heads == 0) return lse.view(rows.lse_sizes);
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads == 0) return rows.caller_lse();
 
   FwdParams params;
   fill_params(params, p, rows.q, k, v, rows.out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale,
@@ -59,7 +59,7 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
   const std::optional<at::Tensor> counter = tile_counter(params, p, q);
   const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(err == cudaSuccess, "flash_attn_cute: forward kernel launch failed: ", cudaGetErrorString(err));
-  return lse.view(rows.lse_sizes);
+  return rows.caller_lse();
 }
 
 at::Tensor dropout_mask(at::Tensor const& rng_state, double dropout_p, int64_t batch, int64_t heads,

@@ -103,6 +103,8 @@ struct FwdRows {
   bool packed;
   at::Tensor q, out, lse;
   std::vector<int64_t> lse_sizes;
+  // lse in the caller's shape (a view only where the rows were packed: a view costs host time).
+  at::Tensor caller_lse() const { return packed ? lse.view(lse_sizes) : lse; }
 };
 FwdRows forward_rows(Problem& p, at::Tensor const& q, at::Tensor const& out, ScoreMods const& mods);
 

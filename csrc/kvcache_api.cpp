@@ -125,7 +125,7 @@ at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tenso
 
   c10::cuda::CUDAGuard device_guard(q.device());
   FwdRows rows = forward_rows(p, q, out, mods);
-  if (p.batch == 0 || p.seqlen_q == 0 || p.heads == 0) return rows.lse.view(rows.lse_sizes);
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads == 0) return rows.caller_lse();
 
   FwdParams params;
   fill_params(params, p, rows.q, k_cache, v_cache, rows.out, rows.lse, std::nullopt, std::nullopt, softmax_scale,
@@ -145,7 +145,7 @@ at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tenso
   const std::optional<at::Tensor> counter = tile_counter(params, p, q);
   const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(err == cudaSuccess, "flash_attn_cute: forward kernel launch failed: ", cudaGetErrorString(err));
-  return rows.lse.view(rows.lse_sizes);
+  return rows.caller_lse();
 }
 
 }  // namespace flash_attn_cute

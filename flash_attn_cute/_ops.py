@@ -148,9 +148,22 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     (num_blocks, page_size, nheads_k, d) and sequence b's keys are its first cu_seqlens_k[b + 1] -
     cu_seqlens_k[b] rows through pages block_table[b] (int32 (batch, max_blocks_per_seq)).
     """
+    max_seqlen_q, max_seqlen_k, window = check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                   causal, window_size, softcap, alibi_slopes, seqused_k, dropout_p,
+                                                   block_table, out=out, out_residual=out_residual)
+    return run_fwd(q, k, v, out, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window,
+                   softcap, alibi_slopes, seqused_k, dropout_p, block_table, out_residual)
+
+
+def check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_size, softcap,
+              alibi_slopes, seqused_k, dropout_p, block_table=None, out=None, out_residual=None, pads=False):
+    """fwd's checks of its arguments; returns (max_seqlen_q, max_seqlen_k, window) as the kernels
+    take them. pads: q, k, v are a flash_attn_* function's, which pads a head dim that is not a
+    multiple of 8 (into contiguous copies, whose layout needs no check) before calling run_fwd."""
     if block_table is None:
         V.check_qkv(q, k, v, cu_seqlens_q is not None or cu_seqlens_k is not None)
-        _check_aligned_head_dim(q, "fwd")
+        if not pads:
+            _check_aligned_head_dim(q, "fwd")
         max_seqlen_q, max_seqlen_k = _check_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     else:  # the head dim and the varlen arguments are checked with the pages
         V.check_paged_kv(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
@@ -163,10 +176,17 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     if out_residual is not None and not dropout_p:
         V._fail("out_residual is written by the dropout forward only (dropout_p > 0)")
     tensors = dict(q=q, k=k, v=v, out=out, out_residual=out_residual)
-    V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
+    if not pads or q.size(-1) % V.ALIGN_ELEMENTS == 0:
+        V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
     V.check_device(**tensors, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, block_table=block_table)
     _require_kernel(q.dtype, q.size(-1), kernel_causal(causal, window),
                     variant=kernel_variant(window, softcap, alibi_slopes, causal, max_seqlen_k, dropout_p))
+    return max_seqlen_q, max_seqlen_k, window
+
+
+def run_fwd(q, k, v, out, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window,
+            softcap, alibi_slopes, seqused_k, dropout_p, block_table=None, out_residual=None):
+    """fwd on arguments check_fwd passed (its max_seqlen_q / _k and window)."""
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.size(-1))
     if out is None:
@@ -206,6 +226,16 @@ def bwd(dout, q, k, v, out, softmax_lse, dq=None, dk=None, dv=None, softmax_scal
     V.check_device(**tensors, softmax_lse=softmax_lse, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     _require_kernel(q.dtype, q.size(-1), kernel_causal(causal, window), "backward",
                     variant=kernel_variant(window, softcap, alibi_slopes, causal, max_seqlen_k, dropout_p))
+    return run_bwd(dout, q, k, v, out, softmax_lse, dq, dk, dv, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k,
+                   max_seqlen_q, max_seqlen_k, deterministic, window, softcap, alibi_slopes, seqused_k, dropout_p,
+                   rng_state, out_residual)
+
+
+def run_bwd(dout, q, k, v, out, softmax_lse, dq, dk, dv, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k,
+            max_seqlen_q, max_seqlen_k, deterministic, window, softcap, alibi_slopes, seqused_k, dropout_p, rng_state,
+            out_residual):
+    """bwd on arguments it checked, or that a checked forward ran with (flash_attn_func's backward):
+    max_seqlen_q / _k and window as check_fwd returns them."""
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.size(-1))
     dq = torch.empty_like(q) if dq is None else dq

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from . import validation as V
-from ._ops import bwd, dropout_mask, fwd
+from ._ops import _require_kernel, check_fwd, dropout_mask, fwd, kernel_causal, kernel_variant, run_bwd, run_fwd
 from .reference import attention_probs_ref
 
 
@@ -26,44 +26,55 @@ def _kernel_layout(x):
     return x if ok else x.contiguous()
 
 
+def _padded_forward(q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window,
+                    softcap, alibi_slopes, seqused_k, dropout_p, keep_residual):
+    """run_fwd on q, k, v padded to a head dim that is a multiple of 8. Returns the padded q, k, v,
+    out (padded), lse, rng_state (None without dropout) and, with dropout and keep_residual, out's
+    rounding residual, which makes the backward's row sums exact (_ops.fwd)."""
+    if q.size(-1) % V.ALIGN_ELEMENTS:
+        q, k, v = (_round_up_head_dim(x) for x in (q, k, v))
+    residual = torch.empty_like(q) if dropout_p and keep_residual else None
+    out, lse, *rng_state = run_fwd(q, k, v, None, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                   max_seqlen_k, window, softcap, alibi_slopes, seqused_k, dropout_p,
+                                   out_residual=residual)
+    return q, k, v, out, lse, (rng_state[0] if rng_state else None), residual
+
+
 class _FlashAttnFunc(torch.autograd.Function):
-    """fwd / bwd on inputs padded to a head dim that is a multiple of 8; gradients come back
-    unpadded."""
+    """The forward and backward kernels on arguments _attention checked, with the head dim padded
+    to a multiple of 8; gradients come back unpadded."""
 
     @staticmethod
     def forward(ctx, q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                deterministic, window_size, softcap, alibi_slopes, seqused_k, dropout_p):
+                deterministic, window, softcap, alibi_slopes, seqused_k, dropout_p):
         head_dim = q.size(-1)
-        if softmax_scale is None:
-            softmax_scale = 1.0 / math.sqrt(head_dim)
-        q, k, v = (_round_up_head_dim(x) for x in (q, k, v))
-        mods = dict(window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, seqused_k=seqused_k)
-        # Dropout: out's rounding residual too, so the backward's row sums are exact (_ops.fwd).
-        residual = torch.empty_like(q) if dropout_p else None
-        out, lse, *rng_state = fwd(q, k, v, softmax_scale=softmax_scale, causal=causal, cu_seqlens_q=cu_seqlens_q,
-                                   cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                                   dropout_p=dropout_p, out_residual=residual, **mods)
+        q, k, v, out, lse, rng_state, residual = _padded_forward(
+            q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window, softcap,
+            alibi_slopes, seqused_k, dropout_p, keep_residual=True)
         # Always a tensor (empty without dropout): torch.compile's backward takes no None output.
-        rng_state = rng_state[0] if rng_state else torch.empty(0, dtype=torch.int64, device=q.device)
+        if rng_state is None:
+            rng_state = torch.empty(0, dtype=torch.int64, device=q.device)
         ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, seqused_k, rng_state,
                               residual)
-        ctx.args = (head_dim, softmax_scale, causal, max_seqlen_q, max_seqlen_k, deterministic, window_size, softcap,
+        ctx.args = (head_dim, softmax_scale, causal, max_seqlen_q, max_seqlen_k, deterministic, window, softcap,
                     dropout_p)
         ctx.mark_non_differentiable(lse, rng_state)
-        return out[..., :head_dim], lse, rng_state
+        return (out if out.size(-1) == head_dim else out[..., :head_dim]), lse, rng_state
 
     @staticmethod
     def backward(ctx, dout, dlse, drng_state):
         q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, seqused_k, rng_state, residual = ctx.saved_tensors
-        (head_dim, softmax_scale, causal, max_seqlen_q, max_seqlen_k, deterministic, window_size, softcap,
+        (head_dim, softmax_scale, causal, max_seqlen_q, max_seqlen_k, deterministic, window, softcap,
          dropout_p) = ctx.args
+        _require_kernel(q.dtype, head_dim, kernel_causal(causal, window), "backward",
+                        variant=kernel_variant(window, softcap, alibi_slopes, causal, max_seqlen_k, dropout_p))
         dout = _kernel_layout(_round_up_head_dim(dout))
-        dq, dk, dv = bwd(dout, q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal,
-                         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                         max_seqlen_k=max_seqlen_k, deterministic=deterministic, window_size=window_size,
-                         softcap=softcap, alibi_slopes=alibi_slopes, seqused_k=seqused_k, dropout_p=dropout_p,
-                         rng_state=rng_state if dropout_p else None, out_residual=residual)
-        return (dq[..., :head_dim], dk[..., :head_dim], dv[..., :head_dim]) + (None,) * 12
+        dq, dk, dv = run_bwd(dout, q, k, v, out, lse, None, None, None, softmax_scale, causal, cu_seqlens_q,
+                             cu_seqlens_k, max_seqlen_q, max_seqlen_k, deterministic, window, softcap, alibi_slopes,
+                             seqused_k, dropout_p, rng_state if dropout_p else None, residual)
+        if q.size(-1) != head_dim:
+            dq, dk, dv = dq[..., :head_dim], dk[..., :head_dim], dv[..., :head_dim]
+        return (dq, dk, dv) + (None,) * 12
 
 
 def _attn_probs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, rng_state, softmax_scale,
@@ -101,11 +112,20 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
         return _paged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                                 softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs,
                                 block_table, seqused_k)
-    V.check_qkv(q, k, v, varlen)
-    # window_size, softcap, alibi_slopes and dropout_p are checked by fwd, after the varlen arguments.
-    out, lse, rng_state = _FlashAttnFunc.apply(q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k,
-                                               max_seqlen_q, max_seqlen_k, bool(deterministic), window_size, softcap,
-                                               alibi_slopes, seqused_k, dropout_p)
+    max_seqlen_q, max_seqlen_k, window = check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                   causal, window_size, softcap, alibi_slopes, seqused_k, dropout_p,
+                                                   pads=True)
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(q.size(-1))  # the caller's head dim, not the padded one
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        out, lse, rng_state = _FlashAttnFunc.apply(q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k,
+                                                   max_seqlen_q, max_seqlen_k, bool(deterministic), window, softcap,
+                                                   alibi_slopes, seqused_k, dropout_p)
+    else:  # nothing to differentiate: no autograd function (its apply costs host time)
+        *_, out, lse, rng_state, _ = _padded_forward(q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k,
+                                                     max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes,
+                                                     seqused_k, dropout_p, keep_residual=False)
+        out = out[..., :q.size(-1)] if out.size(-1) != q.size(-1) else out
     if not return_attn_probs:
         return out
     if not dropout_p:

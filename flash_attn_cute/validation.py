@@ -37,11 +37,13 @@ def check_dtypes(**tensors):
 def layout_problem(name, t):
     """Why the kernels cannot take t's layout, or None: the last dim contiguous, 16-byte aligned
     strides and pointer (the pointer is unknown while torch.compile traces)."""
-    if t.dim() and t.size(-1) > 1 and t.stride(-1) != 1:
-        return f"{name} must have a contiguous last dimension (stride(-1) == 1), got strides {t.stride()}"
-    if any(t.size(i) > 1 and t.stride(i) % ALIGN_ELEMENTS for i in range(t.dim() - 1)):
-        return (f"{name} strides {t.stride()} must be multiples of {ALIGN_ELEMENTS} elements "
-                f"(16 bytes) in every dimension but the last")
+    sizes, strides = t.shape, t.stride()
+    if sizes and sizes[-1] > 1 and strides[-1] != 1:
+        return f"{name} must have a contiguous last dimension (stride(-1) == 1), got strides {strides}"
+    for size, stride in zip(sizes[:-1], strides[:-1]):
+        if size > 1 and stride % ALIGN_ELEMENTS:
+            return (f"{name} strides {strides} must be multiples of {ALIGN_ELEMENTS} elements "
+                    f"(16 bytes) in every dimension but the last")
     if not torch.compiler.is_compiling() and t.data_ptr() % 16:
         return f"{name} data pointer must be 16-byte aligned"
     return None
@@ -65,24 +67,25 @@ def check_qkv(q, k, v, varlen):
     """Shapes of q (b, sq, h, d) / k, v (b, sk, hk, d), or their varlen (total, h, d) forms."""
     check_dtypes(q=q, k=k, v=v)
     rank = 3 if varlen else 4
-    form = "(total, nheads, headdim)" if varlen else "(batch, seqlen, nheads, headdim)"
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dim() != rank:
-            _fail(f"{name} must be {rank}-D {form}, got shape {tuple(t.shape)}")
-    if k.shape[:-1] != v.shape[:-1]:
-        _fail(f"k {tuple(k.shape)} and v {tuple(v.shape)} must agree in all but the last dimension")
-    if not varlen and q.size(0) != k.size(0):
-        _fail(f"q batch {q.size(0)} and k batch {k.size(0)} differ")
-    if q.size(-1) != k.size(-1):
-        _fail(f"q head dim {q.size(-1)} and k head dim {k.size(-1)} differ")
-    check_head_dim(q.size(-1), v.size(-1))
-    nheads, nheads_k = q.size(-2), k.size(-2)
+    q_shape, k_shape, v_shape = q.shape, k.shape, v.shape
+    for name, shape in (("q", q_shape), ("k", k_shape), ("v", v_shape)):
+        if len(shape) != rank:
+            form = "(total, nheads, headdim)" if varlen else "(batch, seqlen, nheads, headdim)"
+            _fail(f"{name} must be {rank}-D {form}, got shape {tuple(shape)}")
+    if k_shape[:-1] != v_shape[:-1]:
+        _fail(f"k {tuple(k_shape)} and v {tuple(v_shape)} must agree in all but the last dimension")
+    if not varlen and q_shape[0] != k_shape[0]:
+        _fail(f"q batch {q_shape[0]} and k batch {k_shape[0]} differ")
+    if q_shape[-1] != k_shape[-1]:
+        _fail(f"q head dim {q_shape[-1]} and k head dim {k_shape[-1]} differ")
+    check_head_dim(q_shape[-1], v_shape[-1])
+    nheads, nheads_k = q_shape[-2], k_shape[-2]
     if nheads_k == 0 or nheads % nheads_k:
         _fail(f"nheads ({nheads}) must be a multiple of nheads_k ({nheads_k})")
     if nheads > MAX_GRID_YZ:
         _fail(f"nheads ({nheads}) must be at most {MAX_GRID_YZ}")
-    if not varlen and q.size(0) > MAX_GRID_YZ:
-        _fail(f"batch ({q.size(0)}) must be at most {MAX_GRID_YZ}")
+    if not varlen and q_shape[0] > MAX_GRID_YZ:
+        _fail(f"batch ({q_shape[0]}) must be at most {MAX_GRID_YZ}")
 
 
 def check_cu_seqlens(name, cu, total):
@@ -150,6 +153,17 @@ def check_lse(lse, q, varlen):
               f"got {tuple(lse.shape)} {lse.dtype}" + ("" if lse.is_contiguous() else " (not contiguous)"))
 
 
+_CAPABILITIES = {}
+
+
+def _capability(device):
+    """torch.cuda.get_device_capability, once per device (it costs microseconds a call)."""
+    capability = _CAPABILITIES.get(device)
+    if capability is None:
+        capability = _CAPABILITIES[device] = torch.cuda.get_device_capability(device)
+    return capability
+
+
 def check_device(**tensors):
     """All tensors on one CUDA device of compute capability 8.0 or newer."""
     devices = {t.device for t in tensors.values() if t is not None}
@@ -161,7 +175,7 @@ def check_device(**tensors):
     device = devices.pop()
     if torch.compiler.is_compiling():
         return  # checked when the op runs; a device query would break the graph
-    major, minor = torch.cuda.get_device_capability(device)
+    major, minor = _capability(device)
     if major < 8:
         _fail(f"{torch.cuda.get_device_name(device)} (sm_{major}{minor}) is not supported: "
               "flash_attn_cute needs compute capability 8.0 or newer")

@@ -339,6 +339,21 @@ def test_device_is_checked_last():
     raises(r"q is on meta; flash_attn_cute needs CUDA tensors", lambda: fac.flash_attn_func(meta, meta, meta))
 
 
+@pytest.mark.parametrize("fn", ["flash_attn_func", "flash_attn_varlen_func"])
+def test_inputs_are_checked_once(fn, monkeypatch):
+    """The flash_attn_* functions check their arguments once (each pass over them costs host time
+    on every call); the checks still all run, up to the device check."""
+    from flash_attn_cute import validation
+    calls = []
+    check_qkv = validation.check_qkv
+    monkeypatch.setattr(validation, "check_qkv", lambda *a: calls.append(a) or check_qkv(*a))
+    if fn == "flash_attn_func":
+        raises(DEVICE_MSG, lambda: fac.flash_attn_func(*qkv(), causal=True))
+    else:
+        raises(DEVICE_MSG, lambda: fac.flash_attn_varlen_func(*vqkv(), CU, CU, 7, 7))
+    assert len(calls) == 1
+
+
 # --- checks added after these tests first found them missing ---
 @pytest.mark.parametrize("q, k, msg", [((65536, 1, 1, 8), (65536, 1, 1, 8), "batch"),
                                        ((1, 1, 65536, 8), (1, 1, 1, 8), "nheads")], ids=["batch", "nheads"])

@@ -7,6 +7,10 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 namespace flash_attn_cute {
 
 // Dynamic shared memory a launch gets without raising the kernel's limit
@@ -25,11 +29,32 @@ __device__ __forceinline__ void wait_for_prior_grid() {
 #endif
 }
 
+// The binary version (major * 10 + minor) of the code `kernel` runs on the current device, whose
+// griddepcontrol instructions exist from 90 on. Cached per kernel and device: cudaFuncGetAttributes
+// took 3-5 us of a launch's host time.
+inline cudaError_t kernel_binary_version(void const* kernel, int& version) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  static std::mutex mutex;
+  static std::map<std::pair<void const*, int>, int> versions;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = versions.find({kernel, device});
+  if (it == versions.end()) {
+    cudaFuncAttributes attributes;
+    err = cudaFuncGetAttributes(&attributes, kernel);
+    if (err != cudaSuccess) return err;
+    it = versions.emplace(std::make_pair(kernel, device), attributes.binaryVersion).first;
+  }
+  version = it->second;
+  return cudaSuccess;
+}
+
 template <class... Params, class... Args>
 cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
                              Args const&... args) {
-  cudaFuncAttributes attributes;
-  cudaError_t err = cudaFuncGetAttributes(&attributes, kernel);
+  int binary_version = 0;
+  cudaError_t err = kernel_binary_version(reinterpret_cast<void const*>(kernel), binary_version);
   if (err != cudaSuccess) return err;
   cudaLaunchAttribute attribute;
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -40,7 +65,7 @@ cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, s
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
   config.attrs = &attribute;
-  config.numAttrs = attributes.binaryVersion >= 90 ? 1 : 0;
+  config.numAttrs = binary_version >= 90 ? 1 : 0;
   err = cudaLaunchKernelEx(&config, kernel, args...);
   return err != cudaSuccess ? err : cudaPeekAtLastError();
 }
