@@ -354,6 +354,30 @@ def test_inputs_are_checked_once(fn, monkeypatch):
     assert len(calls) == 1
 
 
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_head_dim_padding_keeps_the_callers_softmax_scale(grad, monkeypatch):
+    """flash_attn_func pads head dim 59 to 64 for the kernels, with or without the autograd
+    function: the kernels get the padded tensors and the default scale of the caller's head dim."""
+    import math
+    from flash_attn_cute import _ops, interface, validation
+    calls = []
+
+    def fake_run_fwd(q, k, v, out, softmax_scale, *args, **kwargs):
+        calls.append((q.shape, k.shape, v.shape, softmax_scale))
+        return torch.zeros_like(q), torch.zeros(q.size(0), q.size(2), q.size(1))
+
+    monkeypatch.setattr(validation, "check_device", lambda **tensors: None)
+    monkeypatch.setattr(_ops, "_require_kernel", lambda *args, **kwargs: None)
+    monkeypatch.setattr(interface, "run_fwd", fake_run_fwd)
+    q, k, v = qkv(d=59)
+    if grad:
+        q.requires_grad_()
+    out = fac.flash_attn_func(q, k, v, causal=True)
+    assert out.shape == (B, S, H, 59) and out.requires_grad == grad
+    padded = (B, S, H, 64)
+    assert calls == [(padded, padded, padded, pytest.approx(1 / math.sqrt(59)))]
+
+
 # --- checks added after these tests first found them missing ---
 @pytest.mark.parametrize("q, k, msg", [((65536, 1, 1, 8), (65536, 1, 1, 8), "batch"),
                                        ((1, 1, 65536, 8), (1, 1, 1, 8), "nheads")], ids=["batch", "nheads"])
