@@ -67,8 +67,11 @@ def _require_extension():
                            f"(import failed: {_IMPORT_ERROR}); reinstall on a machine with CUDA torch")
 
 
-def _require_kernel(dtype, head_dim, causal, pass_="forward", variant="plain"):
+def _require_kernel(dtype, head_dim, causal, window, softcap, alibi_slopes, seqlen_k, dropout_p=0.0, pass_="forward"):
+    """The kernel a call with these arguments runs (kernel_causal, kernel_variant) is in this build."""
     _require_extension()
+    variant = kernel_variant(window, softcap, alibi_slopes, causal, seqlen_k, dropout_p)
+    causal = kernel_causal(causal, window)
     key = (_DTYPE_NAMES[dtype], kernel_head_dim(head_dim), causal, variant)
     if key not in (BUILT_FWD_KERNELS if pass_ == "forward" else BUILT_BWD_KERNELS):
         raise NotImplementedError(
@@ -179,8 +182,7 @@ def check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, c
     if not pads or q.size(-1) % V.ALIGN_ELEMENTS == 0:
         V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
     V.check_device(**tensors, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, block_table=block_table)
-    _require_kernel(q.dtype, q.size(-1), kernel_causal(causal, window),
-                    variant=kernel_variant(window, softcap, alibi_slopes, causal, max_seqlen_k, dropout_p))
+    _require_kernel(q.dtype, q.size(-1), causal, window, softcap, alibi_slopes, max_seqlen_k, dropout_p)
     return max_seqlen_q, max_seqlen_k, window
 
 
@@ -224,8 +226,7 @@ def bwd(dout, q, k, v, out, softmax_lse, dq=None, dk=None, dv=None, softmax_scal
     tensors = dict(q=q, k=k, v=v, out=out, dout=dout, dq=dq, dk=dk, dv=dv, out_residual=out_residual)
     V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
     V.check_device(**tensors, softmax_lse=softmax_lse, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
-    _require_kernel(q.dtype, q.size(-1), kernel_causal(causal, window), "backward",
-                    variant=kernel_variant(window, softcap, alibi_slopes, causal, max_seqlen_k, dropout_p))
+    _require_kernel(q.dtype, q.size(-1), causal, window, softcap, alibi_slopes, max_seqlen_k, dropout_p, "backward")
     return run_bwd(dout, q, k, v, out, softmax_lse, dq, dk, dv, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k,
                    max_seqlen_q, max_seqlen_k, deterministic, window, softcap, alibi_slopes, seqused_k, dropout_p,
                    rng_state, out_residual)

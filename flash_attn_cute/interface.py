@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from . import validation as V
-from ._ops import _require_kernel, check_fwd, dropout_mask, fwd, kernel_causal, kernel_variant, run_bwd, run_fwd
+from ._ops import _require_kernel, check_fwd, dropout_mask, fwd, run_bwd, run_fwd
 from .reference import attention_probs_ref
 
 
@@ -13,6 +13,11 @@ def _round_up_head_dim(x):
     """Pads the last dim to a multiple of 8 (the kernels move 16-byte vectors)."""
     pad = -x.size(-1) % V.ALIGN_ELEMENTS
     return F.pad(x, (0, pad)) if pad else x
+
+
+def _unpad_head_dim(x, head_dim):
+    """x without the head-dim padding _round_up_head_dim added (x itself where there is none)."""
+    return x if x.size(-1) == head_dim else x[..., :head_dim]
 
 
 def _kernel_layout(x):
@@ -59,22 +64,19 @@ class _FlashAttnFunc(torch.autograd.Function):
         ctx.args = (head_dim, softmax_scale, causal, max_seqlen_q, max_seqlen_k, deterministic, window, softcap,
                     dropout_p)
         ctx.mark_non_differentiable(lse, rng_state)
-        return (out if out.size(-1) == head_dim else out[..., :head_dim]), lse, rng_state
+        return _unpad_head_dim(out, head_dim), lse, rng_state
 
     @staticmethod
     def backward(ctx, dout, dlse, drng_state):
         q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, seqused_k, rng_state, residual = ctx.saved_tensors
         (head_dim, softmax_scale, causal, max_seqlen_q, max_seqlen_k, deterministic, window, softcap,
          dropout_p) = ctx.args
-        _require_kernel(q.dtype, head_dim, kernel_causal(causal, window), "backward",
-                        variant=kernel_variant(window, softcap, alibi_slopes, causal, max_seqlen_k, dropout_p))
+        _require_kernel(q.dtype, head_dim, causal, window, softcap, alibi_slopes, max_seqlen_k, dropout_p, "backward")
         dout = _kernel_layout(_round_up_head_dim(dout))
         dq, dk, dv = run_bwd(dout, q, k, v, out, lse, None, None, None, softmax_scale, causal, cu_seqlens_q,
                              cu_seqlens_k, max_seqlen_q, max_seqlen_k, deterministic, window, softcap, alibi_slopes,
                              seqused_k, dropout_p, rng_state if dropout_p else None, residual)
-        if q.size(-1) != head_dim:
-            dq, dk, dv = dq[..., :head_dim], dk[..., :head_dim], dv[..., :head_dim]
-        return (dq, dk, dv) + (None,) * 12
+        return tuple(_unpad_head_dim(g, head_dim) for g in (dq, dk, dv)) + (None,) * 12
 
 
 def _attn_probs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, rng_state, softmax_scale,
@@ -125,7 +127,7 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
         *_, out, lse, rng_state, _ = _padded_forward(q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k,
                                                      max_seqlen_q, max_seqlen_k, window, softcap, alibi_slopes,
                                                      seqused_k, dropout_p, keep_residual=False)
-        out = out[..., :q.size(-1)] if out.size(-1) != q.size(-1) else out
+        out = _unpad_head_dim(out, q.size(-1))
     if not return_attn_probs:
         return out
     if not dropout_p:

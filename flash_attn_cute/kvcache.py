@@ -133,8 +133,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         window_size = V.check_score_mods(window_size, softcap, alibi_slopes, q.size(0), q.size(2), q.device)
     capacity = check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                              cache_leftpad, block_table, num_splits)
-    _ops._require_kernel(q.dtype, q.size(-1), _ops.kernel_causal(causal, window_size),
-                         variant=_ops.kernel_variant(window_size, softcap, alibi_slopes, causal, capacity))
+    _ops._require_kernel(q.dtype, q.size(-1), causal, window_size, softcap, alibi_slopes, capacity)
     if softmax_scale is None:
         softmax_scale = q.size(-1) ** -0.5
     batch = q.size(0)
