@@ -460,3 +460,30 @@ def test_kernel_variant_choice(window, causal, softcap, alibi, dropout_p, want):
     from flash_attn_cute._ops import kernel_variant
     slopes = torch.ones(H, dtype=F32) if alibi else None
     assert kernel_variant(window, softcap, slopes, causal, seqlen_k=500, dropout_p=dropout_p) == want
+
+
+def test_require_kernel_names_the_missing_instantiation(monkeypatch):
+    """_require_kernel looks up the instantiation a call runs: the causal form (a window (left, 0)
+    runs the causal kernels) and the variant (kernel_variant), in the pass's list of built kernels."""
+    from flash_attn_cute import _ops
+    monkeypatch.setattr(_ops, "_require_extension", lambda: None)
+    monkeypatch.setattr(_ops, "BUILT_FWD_KERNELS", frozenset({("fp16", 64, True, "plain"), ("fp16", 64, False, "mods")}))
+    monkeypatch.setattr(_ops, "BUILT_BWD_KERNELS", frozenset({("fp16", 64, True, "plain")}))
+
+    def built(*args, **kwargs):  # conftest turns a "this build has no" error into a skip: fail instead
+        try:
+            _ops._require_kernel(*args, **kwargs)
+        except NotImplementedError as exc:
+            pytest.fail("a built kernel reported missing: " + str(exc).removeprefix("flash_attn_cute: "))
+
+    built(F16, 59, False, (100, 0), 0.0, None, 500)  # window (100, 0): the causal kernel
+    built(F16, 64, False, (-1, -1), 30.0, None, 500)  # softcap: the score-mod kernel
+    built(F16, 64, True, (-1, -1), 0.0, None, 500, pass_="backward")
+    with pytest.raises(NotImplementedError, match=r"no forward kernel for fp16, head dim 64 \(kernel 64\), "
+                                                  r"causal=True with dropout"):
+        _ops._require_kernel(F16, 64, True, (-1, -1), 0.0, None, 500, dropout_p=0.1)
+    with pytest.raises(NotImplementedError, match=r"no backward kernel for fp16, head dim 64 \(kernel 64\), "
+                                                  r"causal=False with softcap"):
+        _ops._require_kernel(F16, 64, False, (-1, -1), 30.0, None, 500, pass_="backward")
+    with pytest.raises(NotImplementedError, match=r"no forward kernel for bf16"):
+        _ops._require_kernel(BF16, 64, True, (-1, -1), 0.0, None, 500)
