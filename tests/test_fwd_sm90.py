@@ -313,6 +313,29 @@ def test_warp_specialized_tma_and_cp_async_loads_agree(head_dim, causal, layout,
     _check(q, k, v, causal, out, lse, softcap=softcap)
 
 
+@pytest.mark.parametrize("softcap", [0.0, 30.0], ids=["plain", "softcap"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 96, 128, 192, 256])
+def test_warp_specialized_rescales_o_as_later_key_blocks_score_higher(head_dim, causal, softcap, monkeypatch):
+    """The kernel walks the key blocks from the last one down; here the scores grow toward the first
+    keys, so the row max keeps outgrowing the exponent's offset and O is rescaled at later steps (the
+    lazy rescale, which at head dim 128 waits for the previous block's P V while the step's
+    exponentials run). Random scores rarely move the offset after the first block."""
+    variant = "mods" if softcap else "plain"
+    _require_built(torch.bfloat16, head_dim, causal, variant)
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
+    torch.manual_seed(3)
+    seqlen_q, seqlen_k = 1000, 1800  # 2 x 8 heads x 8 row blocks: enough to fill the SMs without split-KV
+    q = _randn(2, seqlen_q, 8, head_dim, dtype=torch.bfloat16)
+    growth = 1 + 6 * torch.linspace(1, 0, seqlen_k, device="cuda")  # 7x at key 0, 1x at the last key
+    k = (_randn(2, seqlen_k, 2, head_dim, dtype=torch.float32) * growth[None, :, None, None]).to(torch.bfloat16)
+    v = _randn(2, seqlen_k, 2, head_dim, dtype=torch.bfloat16)
+    call = lambda: fac.fwd(q, k, v, causal=causal, softcap=softcap)  # noqa: E731
+    assert _takes_hopper_kernel(call, ws=True)
+    out, lse = call()
+    _check(q, k, v, causal, out, lse, softcap=softcap)
+
+
 @pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024)], ids=str)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", [64, 104, 128, 160, 192, 256])

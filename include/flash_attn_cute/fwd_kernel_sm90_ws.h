@@ -5,7 +5,8 @@
 // (varlen, seqused_k, paged caches, unaligned strides). Warpgroups 1 and 2, the consumers, own 64
 // query rows each and take turns at the tensor cores (ping-pong): in its turn a consumer issues
 // P V of the previous key block and Q K^T of the next, then runs the softmax while the other
-// consumer's turn keeps the tensor cores busy. Every variant of fwd_kernel.h (plain, score mods,
+// consumer's turn keeps the tensor cores busy (with kOverlapPV, Q K^T first, and the softmax also
+// overlaps its own P V). Every variant of fwd_kernel.h (plain, score mods,
 // dropout).
 #pragma once
 
@@ -236,34 +237,58 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     clear(tOrO);
 
     // One key block: in a turn, O += P V of the previous block and S = Q K^T of this one; then
-    // mask and online softmax into P. Use i of the rings holds this block's K and V. The score
-    // mods as in fwd_kernel.h: without softcap, ALiBi (where the head has a slope) is S's initial
-    // value and Q K^T accumulates onto it; softcap's tanh comes first, then the bias.
+    // mask and online softmax into P. With kOverlapPV, Q K^T is issued first and the softmax's
+    // exponentials run while P V does: only O's rescale waits for it. Use i of the rings holds this
+    // block's K and V. The score mods as in fwd_kernel.h: without softcap, ALiBi (where the head has
+    // a slope) is S's initial value and Q K^T accumulates onto it; softcap's tanh comes first, then
+    // the bias.
     auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap,
                         auto with_alibi) __attribute__((always_inline)) {
       constexpr bool kSoftcap = decltype(with_softcap)::value;
       constexpr bool kBiasFirst = !kSoftcap && decltype(with_alibi)::value;
+      constexpr bool kOverlap = Traits::kOverlapPV;
       Tensor tSrS = partition_fragment_C(tiled_mma_s, tile_mn);  // (MMA, MMA_M, MMA_N)
       if constexpr (kBiasFirst) {
         fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
       }
+      auto issue_pv = [&] { wgmma_issue<false>(tiled_mma_o, tOrP, tOrVt(_, _, _, barriers.v.stage(i - 1)), tOrO); };
       barriers.k.wait(i);
       if (!is_first) barriers.v.wait(i - 1);
       take_turn();
-      if (!is_first) wgmma_issue<false>(tiled_mma_o, tOrP, tOrVt(_, _, _, barriers.v.stage(i - 1)), tOrO);
+      if (!kOverlap && !is_first) issue_pv();
       wgmma_issue<!kBiasFirst>(tiled_mma_s, tSrQ, tSrK(_, _, _, barriers.k.stage(i)), tSrS);
+      if constexpr (kOverlap) {
+        if (!is_first) {
+          issue_pv();
+        } else {
+          warpgroup_commit_batch();  // an empty batch: every step's waits count alike (else ptxas serializes the MMAs)
+        }
+      }
       pass_turn();
       // Dropout's words depend on the coordinates alone: drawn while this turn's MMAs run.
       [[maybe_unused]] const auto dropout_words =
           draw_dropout_words_before_wait<Is_dropout>(dropout_rng, tScS_blocks, bh, int(m_start), n_block * kBlockN);
-      warpgroup_mma_done(tSrS, tOrO, tOrP);
+      if constexpr (kOverlap) {
+        warpgroup_mma_done_but_last(tSrS);  // Q K^T; P V may still run
+      } else {
+        warpgroup_mma_done(tSrS, tOrO, tOrP);
+      }
       barriers.k.release(i);
-      if (!is_first) barriers.v.release(i - 1);
+      if (!kOverlap && !is_first) barriers.v.release(i - 1);
       fwd_score_mods<kSoftcap, decltype(is_masked)::value, decltype(with_alibi)::value>(
           tSrS, tScS, int(m_start), n_block * kBlockN, mask, params.softcap, alibi_slope);
       Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
-      softmax.template rescale_o<decltype(is_masked)::value, Traits::fma_exp2_every(kSoftcap)>(
-          is_first, tSrS_rc, tOrO_rc, params.softmax_scale_log2);
+      constexpr int kFmaExp2Every = Traits::fma_exp2_every(kSoftcap);
+      if constexpr (kOverlap) {
+        const auto rescale = softmax.template step_exp<decltype(is_masked)::value, kFmaExp2Every>(
+            is_first, tSrS_rc, params.softmax_scale_log2);
+        warpgroup_mma_done(tOrO, tOrP);
+        if (!is_first) barriers.v.release(i - 1);
+        softmax.rescale_by(rescale, tOrO_rc);
+      } else {
+        softmax.template rescale_o<decltype(is_masked)::value, kFmaExp2Every>(is_first, tSrS_rc, tOrO_rc,
+                                                                             params.softmax_scale_log2);
+      }
       Tensor rP = convert_type<Element>(tSrS);  // (MMA, MMA_M, MMA_N)
       if constexpr (Is_dropout) {
         Tensor rP_blocks = make_tensor(rP.data(), acc_layout_mma_blocks(rP.layout()));  // ((2, 2), MMA_M, N / 8)

@@ -84,22 +84,78 @@ struct Softmax {
   // exponential is exp2_fma's rather than MUFU's.
   template <bool Is_first, bool Check_inf, int kFmaExp2Every = 0, class TensorS, class TensorO>
   __device__ __forceinline__ void softmax_rescale_o(TensorS& tSrS_rc, TensorO& tOrO_rc, float scale_log2) {
+    move_offsets<Is_first, Check_inf>(tSrS_rc, scale_log2, [&](int mi, float factor) {
+#pragma unroll
+      for (int di = 0; di < size<1>(tOrO_rc); ++di) tOrO_rc(mi, di) *= factor;
+    });
+    exponentiate<Check_inf, kFmaExp2Every>(tSrS_rc, scale_log2);
+  }
+
+  // softmax_rescale_o for a step function's run-time is_first (the first key block's step).
+  template <bool Check_inf, int kFmaExp2Every = 0, class TensorS, class TensorO>
+  __device__ __forceinline__ void rescale_o(bool is_first, TensorS& tSrS_rc, TensorO& tOrO_rc, float scale_log2) {
+    if (is_first) {
+      softmax_rescale_o<true, Check_inf, kFmaExp2Every>(tSrS_rc, tOrO_rc, scale_log2);
+    } else {
+      softmax_rescale_o<false, Check_inf, kFmaExp2Every>(tSrS_rc, tOrO_rc, scale_log2);
+    }
+  }
+
+  // softmax_rescale_o in two halves, for a caller whose MMAs still add into O during the
+  // exponentials (the warp-specialized Hopper forward's P V of the previous key block): step_exp
+  // folds the tile in and returns O's rescale, which rescale_by applies once O is ready.
+  struct Rescale {
+    RowTensor factor;
+    bool needed;  // false: the offsets did not move (the first tile, or a lazy step within kRescaleLog2)
+  };
+  template <bool Check_inf, int kFmaExp2Every = 0, class TensorS>
+  __device__ __forceinline__ Rescale step_exp(bool is_first, TensorS& tSrS_rc, float scale_log2) {
+    Rescale rescale;
+    auto keep_factor = [&](int mi, float factor) { rescale.factor(mi) = factor; };
+    rescale.needed = is_first ? move_offsets<true, Check_inf>(tSrS_rc, scale_log2, keep_factor)
+                              : move_offsets<false, Check_inf>(tSrS_rc, scale_log2, keep_factor);
+    exponentiate<Check_inf, kFmaExp2Every>(tSrS_rc, scale_log2);
+    return rescale;
+  }
+  template <class TensorO>
+  static __device__ __forceinline__ void rescale_by(Rescale const& rescale, TensorO& tOrO_rc) {
+    if (!rescale.needed) return;
+#pragma unroll
+    for (int mi = 0; mi < kNRows; ++mi) {
+#pragma unroll
+      for (int di = 0; di < size<1>(tOrO_rc); ++di) tOrO_rc(mi, di) *= rescale.factor(mi);
+    }
+  }
+
+  // The exponents' offsets for a new tile of scores: the tile's row max on the first tile; later
+  // the running max, where it moves (every tile, or as kLazyRescale allows). Returns whether they
+  // moved; each moved row's sum is rescaled here, and rescale_row(mi, factor) does its O (the
+  // caller's).
+  template <bool Is_first, bool Check_inf, class TensorS, class RescaleRow>
+  __device__ __forceinline__ bool move_offsets(TensorS const& tSrS_rc, float scale_log2, RescaleRow&& rescale_row) {
     static_assert(decltype(size<0>(tSrS_rc))::value == kNRows);
     if constexpr (Is_first) {
 #pragma unroll
       for (int mi = 0; mi < kNRows; ++mi) row_max(mi) = tile_row_max(tSrS_rc, mi);
-    } else if (!kLazyRescale || any_row_outgrows_offset(tSrS_rc, scale_log2)) {
+      return false;
+    } else {
+      if (kLazyRescale && !any_row_outgrows_offset(tSrS_rc, scale_log2)) return false;
 #pragma unroll
       for (int mi = 0; mi < kNRows; ++mi) {
         const float prev_max = row_max(mi);
         row_max(mi) = fmaxf(prev_max, tile_row_max(tSrS_rc, mi));
         // prev_max == -inf (nothing seen yet) gives exp2(-inf) = 0: acc and sum are 0 anyway.
-        const float correction = exp2f(prev_max * scale_log2 - scaled_max<Check_inf>(mi, scale_log2));
-        row_sum(mi) *= correction;
-#pragma unroll
-        for (int di = 0; di < size<1>(tOrO_rc); ++di) tOrO_rc(mi, di) *= correction;
+        const float factor = exp2f(prev_max * scale_log2 - scaled_max<Check_inf>(mi, scale_log2));
+        row_sum(mi) *= factor;
+        rescale_row(mi, factor);
       }
+      return true;
     }
+  }
+
+  // P = exp2(S * scale_log2 - offset) in place, added into the row sums.
+  template <bool Check_inf, int kFmaExp2Every, class TensorS>
+  __device__ __forceinline__ void exponentiate(TensorS& tSrS_rc, float scale_log2) {
 #pragma unroll
     for (int mi = 0; mi < kNRows; ++mi) {
       const float max_scaled = scaled_max<Check_inf>(mi, scale_log2);
@@ -114,16 +170,6 @@ struct Softmax {
         sum += tSrS_rc(mi, ni);
       }
       row_sum(mi) += sum;
-    }
-  }
-
-  // softmax_rescale_o for a step function's run-time is_first (the first key block's step).
-  template <bool Check_inf, int kFmaExp2Every = 0, class TensorS, class TensorO>
-  __device__ __forceinline__ void rescale_o(bool is_first, TensorS& tSrS_rc, TensorO& tOrO_rc, float scale_log2) {
-    if (is_first) {
-      softmax_rescale_o<true, Check_inf, kFmaExp2Every>(tSrS_rc, tOrO_rc, scale_log2);
-    } else {
-      softmax_rescale_o<false, Check_inf, kFmaExp2Every>(tSrS_rc, tOrO_rc, scale_log2);
     }
   }
 

@@ -45,6 +45,14 @@ __device__ __forceinline__ void warpgroup_mma_done(Tensors&... operands) {
   (warpgroup_fence_operand(operands), ...);
 }
 
+// Waits for every MMA this warpgroup issued but the last batch (wgmma_issue's commit group): the
+// operands of the earlier ones are ready, the last one's still in use.
+template <class... Tensors>
+__device__ __forceinline__ void warpgroup_mma_done_but_last(Tensors&... operands) {
+  warpgroup_wait<1>();
+  (warpgroup_fence_operand(operands), ...);
+}
+
 // acc (+)= A B, returning when the MMAs are done.
 template <bool kZeroInit, class TiledMma, class TensorA, class TensorB, class TensorAcc>
 __device__ __forceinline__ void wgmma_gemm(TiledMma& tiled_mma, TensorA& tCrA, TensorB const& tCrB, TensorAcc& acc) {
