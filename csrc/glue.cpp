@@ -2,11 +2,13 @@
 #include "glue.h"
 
 #include <ATen/cuda/CUDAGeneratorImpl.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <string>
 
@@ -158,11 +160,39 @@ std::vector<at::Tensor> choose_splits(FwdParams& params, Problem const& p, at::T
   return {lseaccum, oaccum};
 }
 
+// One counter per (device, stream) that the kernel leaves at 0, so that a call neither allocates
+// nor zeroes one (session 28: that was a tensor and a fill launch per call). Keyed by the stream's
+// id (cudaStreamGetId: never reused within the process, unlike a destroyed stream's handle, whose
+// kernels may still run), and at most kMaxStreamCounters of them; never freed (at exit, CUDA may be
+// gone before static destructors run). A stream being captured into a graph gets a fresh zeroed
+// counter: replays may run concurrently on other streams.
+constexpr size_t kMaxStreamCounters = 64;
+
 std::optional<at::Tensor> tile_counter(FwdParams& params, Problem const& p, at::Tensor const& q) {
   // run_fwd_dispatch's test for the Hopper kernels: split-KV calls (decoding) need no counter.
   const bool ws = fwd_sm90_warp_specialized(fwd_kernel_head_dim(int(p.head_dim)));
   if (!params.use_sm90 || params.uses_split_kernel() || !ws) return std::nullopt;
-  at::Tensor counter = at::empty({1}, q.options().dtype(at::kInt));  // zeroed by the launch
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();  // the launch's
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusActive;
+  unsigned long long stream_id = 0;
+  const bool known = cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
+                     (capture != cudaStreamCaptureStatusNone || cudaStreamGetId(stream, &stream_id) == cudaSuccess);
+  if (!known) cudaGetLastError();  // a refused query is not the launch's error
+  if (known && capture == cudaStreamCaptureStatusNone) {
+    static std::mutex mutex;
+    static auto* counters = new std::map<std::pair<int, unsigned long long>, at::Tensor>();
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto key = std::make_pair(int(q.get_device()), stream_id);
+    auto it = counters->find(key);
+    if (it == counters->end() && counters->size() < kMaxStreamCounters) {
+      it = counters->emplace(key, at::zeros({1}, q.options().dtype(at::kInt))).first;  // on this stream
+    }
+    if (it != counters->end()) {
+      params.tile_counter = it->second.data_ptr<int>();
+      return it->second;
+    }
+  }
+  at::Tensor counter = at::zeros({1}, q.options().dtype(at::kInt));
   params.tile_counter = counter.data_ptr<int>();
   return counter;
 }

@@ -229,9 +229,11 @@ def test_head_dim_256_score_mods_and_dropout_take_the_warp_specialized_kernel(ca
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_warp_specialized_tiles_of_every_size(causal, monkeypatch):
-    """The persistent kernel's CTAs take their tiles from a counter that each launch zeroes: many
-    tiles per SM of every size (varlen, causal, empty sequences, row blocks past a sequence's end),
-    back-to-back calls and a CUDA graph's replays all give the reference's output."""
+    """The persistent kernel's CTAs take their tiles from a counter that each launch leaves at 0
+    for the next call on its stream (a graph capture gets a counter of its own): many tiles per SM
+    of every size (varlen, causal, empty sequences, row blocks past a sequence's end), back-to-back
+    calls of different tile counts, another stream and a CUDA graph's replays, then eager calls
+    again, all give the reference's output."""
     _require_built(torch.bfloat16, 128, causal)
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
     gen = torch.Generator().manual_seed(20)
@@ -253,13 +255,19 @@ def test_warp_specialized_tiles_of_every_size(causal, monkeypatch):
         ref_lowp, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal, upcast=False, reorder_ops=True)
         _assert_close_rule(out, ref, ref_lowp)
 
+    q2 = _randn(3, 700, 8, 128, dtype=torch.bfloat16)  # 3 x 8 x 6 tiles between the varlen calls
+    k2, v2 = (_randn(3, 900, 2, 128, dtype=torch.bfloat16) for _ in range(2))
+    other = lambda: fac.fwd(q2, k2, v2, causal=causal)[0]  # noqa: E731
+    other_first = other()
+    _check(q2, k2, v2, causal, *fac.fwd(q2, k2, v2, causal=causal))
     call()
     first = out.clone()
     check(q)
     for _ in range(3):
+        assert torch.equal(other(), other_first), "a launch finds the counter its stream's last launch left at 0"
         out.fill_(float("nan"))
         call()
-        assert torch.equal(out, first), "a second launch finds its counter zeroed"
+        assert torch.equal(out, first), "a launch finds the counter its stream's last launch left at 0"
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -274,6 +282,10 @@ def test_warp_specialized_tiles_of_every_size(causal, monkeypatch):
         graph.replay()
         torch.cuda.synchronize()
         check(q)
+        assert torch.equal(other(), other_first), "eager calls after a replay"
+    out.fill_(float("nan"))
+    call()
+    check(q)
 
 
 def _layout(layout, batch, seqlen, nheads, head_dim, dtype):

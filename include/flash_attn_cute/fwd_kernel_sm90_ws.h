@@ -68,13 +68,18 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
   auto gmem_thr_copy = gmem_tiled_copy.get_thread_slice(tidx);
   int i = 0, q_use = 0;  // uses of the K / V rings and of Q's buffer
   // The tile after the fetch-th: thread 0 takes it from the counter at the fetch-th's start (the
-  // atomic's latency hides behind the loads), every producer thread reads it at its end.
+  // atomic's latency hides behind the loads), every producer thread reads it at its end. A launch
+  // makes one fetch per tile, n_tiles in all, and atomicInc wraps the counter back to 0 with the
+  // last: the next launch finds it zeroed, so the caller can keep one counter per stream.
   auto next_tile = [&](int fetch) {
     named_barrier_sync(kProducerBarrier, Traits::kNProducerThreads);
     return warp_uniform(barriers.next_tile[fetch & 1]);
   };
   for (int t = blockIdx.x, fetch = 0; t < tiles.n_tiles(); t = next_tile(fetch++)) {
-    if (tidx == 0) barriers.next_tile[fetch & 1] = int(gridDim.x) + atomicAdd(params.tile_counter, 1);
+    if (tidx == 0) {
+      const unsigned last = unsigned(tiles.n_tiles() - 1);
+      barriers.next_tile[fetch & 1] = int(gridDim.x) + int(atomicInc(reinterpret_cast<unsigned*>(params.tile_counter), last));
+    }
     // The partitions are built per tile: held across the loop, their coordinates took registers
     // the producer does not have.
     Tensor tQsQ = gmem_thr_copy.partition_D(sQ);  // (CPY, CPY_M, CPY_K)
@@ -406,8 +411,6 @@ cudaError_t launch_fwd_sm90_ws_kernel(FwdParams const& params, cudaStream_t stre
   if (n_tiles == 0) return cudaSuccess;
   const int grid = int(std::min<int64_t>(n_tiles, params.num_sms > 0 ? params.num_sms : 132));
   if (params.tile_counter == nullptr || n_tiles > INT32_MAX - grid) return cudaErrorInvalidValue;
-  const cudaError_t zeroed = cudaMemsetAsync(params.tile_counter, 0, sizeof(int), stream);
-  if (zeroed != cudaSuccess) return zeroed;
   FwdParams p = params;
   FwdWsTma<Traits> tma{};
   const TmaLoads setting = tma_loads_setting();

@@ -148,8 +148,9 @@ struct FwdParams {
   int sm90_ws = -1;
   // Set by its launch: the warp-specialized kernel loads Q, K and V by TMA (fwd_ws_tma_fits).
   bool ws_tma = false;
-  // The warp-specialized kernel's tile counter (one int, zeroed by its launch): CTAs take their
-  // next tile from it (fwd_kernel_sm90_ws.h). The caller gives it wherever that kernel may run.
+  // The warp-specialized kernel's tile counter (one int, 0 before a launch and left at 0 by it):
+  // CTAs take their next tile from it (fwd_kernel_sm90_ws.h). The caller gives it wherever that
+  // kernel may run.
   int* tile_counter = nullptr;
 
   // Split-KV (num_splits > 1): split s of a query row block walks its share of the key blocks and
