@@ -172,6 +172,7 @@ std::optional<at::Tensor> tile_counter(FwdParams& params, Problem const& p, at::
   // run_fwd_dispatch's test for the Hopper kernels: split-KV calls (decoding) need no counter.
   const bool ws = fwd_sm90_warp_specialized(fwd_kernel_head_dim(int(p.head_dim)));
   if (!params.use_sm90 || params.uses_split_kernel() || !ws) return std::nullopt;
+  auto zeroed = [&] { return at::zeros({1}, q.options().dtype(at::kInt)); };  // on the launch's stream
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();  // the launch's
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusActive;
   unsigned long long stream_id = 0;
@@ -185,14 +186,14 @@ std::optional<at::Tensor> tile_counter(FwdParams& params, Problem const& p, at::
     const auto key = std::make_pair(int(q.get_device()), stream_id);
     auto it = counters->find(key);
     if (it == counters->end() && counters->size() < kMaxStreamCounters) {
-      it = counters->emplace(key, at::zeros({1}, q.options().dtype(at::kInt))).first;  // on this stream
+      it = counters->emplace(key, zeroed()).first;
     }
     if (it != counters->end()) {
       params.tile_counter = it->second.data_ptr<int>();
       return it->second;
     }
   }
-  at::Tensor counter = at::zeros({1}, q.options().dtype(at::kInt));
+  at::Tensor counter = zeroed();
   params.tile_counter = counter.data_ptr<int>();
   return counter;
 }

@@ -274,7 +274,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       [[maybe_unused]] const auto dropout_words =
           draw_dropout_words_before_wait<Is_dropout>(dropout_rng, tScS_blocks, bh, int(m_start), n_block * kBlockN);
       if constexpr (kOverlap) {
-        warpgroup_mma_done_but_last(tSrS);  // Q K^T; P V may still run
+        warpgroup_mma_done<1>(tSrS);  // Q K^T; P V may still run
       } else {
         warpgroup_mma_done(tSrS, tOrO, tOrP);
       }

@@ -84,10 +84,8 @@ struct Softmax {
   // exponential is exp2_fma's rather than MUFU's.
   template <bool Is_first, bool Check_inf, int kFmaExp2Every = 0, class TensorS, class TensorO>
   __device__ __forceinline__ void softmax_rescale_o(TensorS& tSrS_rc, TensorO& tOrO_rc, float scale_log2) {
-    move_offsets<Is_first, Check_inf>(tSrS_rc, scale_log2, [&](int mi, float factor) {
-#pragma unroll
-      for (int di = 0; di < size<1>(tOrO_rc); ++di) tOrO_rc(mi, di) *= factor;
-    });
+    move_offsets<Is_first, Check_inf>(tSrS_rc, scale_log2,
+                                      [&](int mi, float factor) { rescale_row(tOrO_rc, mi, factor); });
     exponentiate<Check_inf, kFmaExp2Every>(tSrS_rc, scale_log2);
   }
 
@@ -121,10 +119,14 @@ struct Softmax {
   static __device__ __forceinline__ void rescale_by(Rescale const& rescale, TensorO& tOrO_rc) {
     if (!rescale.needed) return;
 #pragma unroll
-    for (int mi = 0; mi < kNRows; ++mi) {
+    for (int mi = 0; mi < kNRows; ++mi) rescale_row(tOrO_rc, mi, rescale.factor(mi));
+  }
+
+  // Row mi of O's accumulator times factor.
+  template <class TensorO>
+  static __device__ __forceinline__ void rescale_row(TensorO& tOrO_rc, int mi, float factor) {
 #pragma unroll
-      for (int di = 0; di < size<1>(tOrO_rc); ++di) tOrO_rc(mi, di) *= rescale.factor(mi);
-    }
+    for (int di = 0; di < size<1>(tOrO_rc); ++di) tOrO_rc(mi, di) *= factor;
   }
 
   // The exponents' offsets for a new tile of scores: the tile's row max on the first tile; later

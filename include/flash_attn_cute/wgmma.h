@@ -38,18 +38,11 @@ __device__ __forceinline__ void wgmma_issue(TiledMma& tiled_mma, TensorA& tCrA, 
   warpgroup_commit_batch();
 }
 
-// Waits for every MMA this warpgroup issued: acc is ready, their shared memory free again.
-template <class... Tensors>
+// Waits for every MMA this warpgroup issued but the last kPending batches (wgmma_issue's commit
+// groups): the earlier ones' operands are ready, their shared memory free again.
+template <int kPending = 0, class... Tensors>
 __device__ __forceinline__ void warpgroup_mma_done(Tensors&... operands) {
-  warpgroup_wait<0>();
-  (warpgroup_fence_operand(operands), ...);
-}
-
-// Waits for every MMA this warpgroup issued but the last batch (wgmma_issue's commit group): the
-// operands of the earlier ones are ready, the last one's still in use.
-template <class... Tensors>
-__device__ __forceinline__ void warpgroup_mma_done_but_last(Tensors&... operands) {
-  warpgroup_wait<1>();
+  warpgroup_wait<kPending>();
   (warpgroup_fence_operand(operands), ...);
 }
 
