@@ -1,0 +1,124 @@
+#!/usr/bin/env python
+"""A / B of the forward across builds of the package (trees): each tree's rows are timed in a
+process of its own (triton's do_bench median, L2 flushed), the trees' order alternating from round
+to round. A tree is a folder holding a built flash_attn_cute package, as scripts/build_offline_ext.sh
+leaves in .offline/. Prints one markdown table: forward ms per round for every (row, tree), and in
+brackets the row's speed against the same tree's plain row of that causality (feature cost).
+
+  python scripts/ab_fwd.py --tree M=/tmp/M --tree A=/tmp/A --rounds 2 [--only h128] [--sdpa]
+
+Rows: 16k tokens (batch x seqlen), head dim 128 with 16 heads, 64 with 32; softcap 30 (50 and 60 on
+their own rows: the fixed-offset softmax's bound lies between them), ALiBi slopes rand(heads) x 0.1,
+dropout 0.1. --sdpa adds torch's FLASH_ATTENTION and CUDNN_ATTENTION backends on the plain rows
+(timed in the first tree's process).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+SEQLEN = 16384
+ROWS = {  # name: (head dim, causal, keyword arguments of flash_attn_func)
+    "h128 causal": (128, True, {}),
+    "h128 full": (128, False, {}),
+    "h128 causal softcap": (128, True, {"softcap": 30.0}),
+    "h128 full softcap": (128, False, {"softcap": 30.0}),
+    "h128 causal softcap50": (128, True, {"softcap": 50.0}),
+    "h128 causal softcap60": (128, True, {"softcap": 60.0}),
+    "h128 causal softcap+alibi": (128, True, {"softcap": 30.0, "alibi": True}),
+    "h128 causal alibi": (128, True, {"alibi": True}),
+    "h128 full alibi": (128, False, {"alibi": True}),
+    "h128 causal dropout": (128, True, {"dropout_p": 0.1}),
+    "h128 full dropout": (128, False, {"dropout_p": 0.1}),
+    "h64 causal": (64, True, {}),
+    "h64 full": (64, False, {}),
+    "h64 causal softcap": (64, True, {"softcap": 30.0}),
+    "h64 full softcap": (64, False, {"softcap": 30.0}),
+    "h64 causal alibi": (64, True, {"alibi": True}),
+}
+
+
+def plain_row(name):
+    hdim, causal, _ = ROWS[name]
+    return f"h{hdim} {'causal' if causal else 'full'}"
+
+
+def worker(tree, rows, sdpa):
+    sys.path.insert(0, tree)
+    import torch
+    import triton.testing
+
+    import flash_attn_cute as fac
+
+    assert fac.__file__.startswith(os.path.abspath(tree)), fac.__file__
+    torch.manual_seed(0)
+    times = {}
+    for name in rows:
+        hdim, causal, kw = ROWS[name]
+        heads = 2048 // hdim
+        q, k, v = (torch.randn(1, SEQLEN, heads, hdim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        kw = dict(kw)
+        if kw.pop("alibi", False):
+            kw["alibi_slopes"] = torch.rand(heads, device="cuda") * 0.1
+        fn = lambda: fac.flash_attn_func(q, k, v, causal=causal, **kw)  # noqa: E731
+        times[name] = triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
+        if sdpa and not kw:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+            for label, backend in (("FA2", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
+                with sdpa_kernel(backend):
+                    sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)  # noqa: E731
+                    times[f"{name} [{label}]"] = triton.testing.do_bench(sdpa, warmup=25, rep=200, return_mode="median")
+    print(json.dumps(times))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tree", action="append", default=[], help="NAME=FOLDER (repeat)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--only", default="", help="comma-separated prefixes of the rows to time")
+    parser.add_argument("--sdpa", action="store_true")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--rows", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker, args.rows.split(","), args.sdpa)
+        return
+    prefixes = [p for p in args.only.split(",") if p]
+    rows = [r for r in ROWS if not prefixes or any(r.startswith(p) for p in prefixes)]
+    rows += sorted({plain_row(r) for r in rows} - set(rows))  # every feature row's plain row
+    trees = dict(t.split("=", 1) for t in args.tree)
+    results = {name: [] for name in trees}  # tree -> [times of each round]
+    sdpa = {}
+    for r in range(args.rounds):
+        order = list(trees) if r % 2 == 0 else list(reversed(trees))
+        for name in order:
+            cmd = [sys.executable, __file__, "--worker", trees[name], "--rows", ",".join(rows)]
+            if args.sdpa and name == list(trees)[0]:
+                cmd.append("--sdpa")
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            if out.returncode != 0:
+                sys.exit(f"tree {name} round {r} failed:\n{out.stderr[-3000:]}")
+            times = json.loads(out.stdout.strip().splitlines()[-1])
+            for key in [k for k in times if "[" in k]:
+                sdpa.setdefault(key, []).append(times.pop(key))
+            results[name].append(times)
+            print(f"round {r} tree {name}: done", file=sys.stderr, flush=True)
+    print("| row | " + " | ".join(trees) + " |")
+    print("|---|" + "---|" * len(trees))
+    for row in rows:
+        cells = []
+        for name in trees:
+            per_round = []
+            for times in results[name]:
+                cost = "" if plain_row(row) == row else f" ({times[plain_row(row)] / times[row]:.2f})"
+                per_round.append(f"{times[row]:.3f}{cost}")
+            cells.append(" / ".join(per_round))
+        print(f"| {row} | " + " | ".join(cells) + " |")
+    for key, values in sdpa.items():
+        print(f"| {key} | " + " / ".join(f"{t:.3f}" for t in values) + " |" + " |" * (len(trees) - 1))
+
+
+if __name__ == "__main__":
+    main()

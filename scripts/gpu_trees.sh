@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One GPU call over packages prebuilt on the CPU machine (scripts/build_offline_ext.sh; each packed
+# as .trees/NAME.tar.xz from its .offline folder: tar -cJf .trees/NAME.tar.xz -C .offline flash_attn_cute): unpacks every tree, runs the tests on the trees
+# named in TEST_TREES (pytest arguments in TESTS), then scripts/ab_fwd.py over all of them. Logs
+# under $OUT: tests_NAME.log, ab.md.
+#   usage: TEST_TREES="A" TESTS="tests/test_fwd_sm90.py -k 'not fp16'" AB_ARGS="--rounds 2" bash scripts/gpu_trees.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/flash_attn_cute_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+trees=()
+for archive in .trees/*.tar.xz; do
+  name=$(basename "$archive" .tar.xz)
+  mkdir -p "/tmp/trees/$name" && tar -xJf "$archive" -C "/tmp/trees/$name" || exit 1
+  trees+=("--tree" "$name=/tmp/trees/$name")
+done
+root=$PWD
+eval "test_args=(${TESTS:-.})"  # TESTS may quote: -k 'not fp16'
+for name in ${TEST_TREES:-}; do
+  # The tests import the tree's package: run from tests/ so that the source tree (no _C) is not on the path.
+  (cd tests && PYTHONPATH="/tmp/trees/$name${PYTHONPATH:+:$PYTHONPATH}" timeout -k 5 -s INT "${TEST_TIMEOUT:-900}" \
+    python3 -m pytest -q -rf -p no:cacheprovider "${test_args[@]}" 2>&1 | tee "$OUT/tests_$name.log" | tail -15)
+done
+cd "$root"
+if [ "${SKIP_AB:-0}" != 1 ]; then
+  timeout -k 5 -s INT "${AB_TIMEOUT:-900}" python3 scripts/ab_fwd.py "${trees[@]}" ${AB_ARGS:-} 2>"$OUT/ab.err" |
+    tee "$OUT/ab.md"
+  tail -3 "$OUT/ab.err"
+fi
