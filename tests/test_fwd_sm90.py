@@ -348,6 +348,40 @@ def test_warp_specialized_rescales_o_as_later_key_blocks_score_higher(head_dim, 
     _check(q, k, v, causal, out, lse, softcap=softcap)
 
 
+@pytest.mark.parametrize("softcap", [5.0, 30.0, 50.0, 57.0, 58.0, 200.0])
+@pytest.mark.parametrize("scores", ["random", "all_near_minus_cap"])
+@pytest.mark.parametrize("seqlens", [(333, 1023), (1023, 300)], ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 96, 128, 256])
+def test_softcap_over_the_range_of_caps(head_dim, causal, seqlens, scores, softcap, hopper_kernel):
+    """bf16 softcap needs no running max: its logits lie in (-cap, cap), so up to a cap of 57.5 the
+    Hopper kernels exponentiate with one fixed offset (softmax.h's BoundedScores), and larger caps
+    take the online softmax. all_near_minus_cap: every logit of a row sits near -cap, where that
+    offset gives the smallest terms (2^-86 at a cap of 57.5; O is their weighted sum of V). Causal
+    1023 x 300: the first rows see no key (O = 0, LSE = +inf)."""
+    _require_built(torch.bfloat16, head_dim, causal, "mods")
+    ws = _require_kernel(hopper_kernel, head_dim)
+    torch.manual_seed(5)
+    (seqlen_q, seqlen_k), (nheads, nheads_k), d = seqlens, (16, 4), head_dim
+    batch = _batch_filling_sms(seqlen_q, nheads)
+    bf16 = torch.bfloat16
+    if scores == "random":
+        q = _randn(batch, seqlen_q, nheads, d, dtype=bf16, scale=3.0)
+        k = _randn(batch, seqlen_k, nheads_k, d, dtype=bf16)
+    else:  # keys near one direction u, queries along -u: q.k / sqrt(d) about -30 sqrt(d) for every key
+        u = _randn(1, 1, 1, d, dtype=torch.float32)
+        q = (-30.0 * u + 0.1 * _randn(batch, seqlen_q, nheads, d, dtype=torch.float32)).to(bf16)
+        k = (u + 0.1 * _randn(batch, seqlen_k, nheads_k, d, dtype=torch.float32)).to(bf16)
+    v = _randn(batch, seqlen_k, nheads_k, d, dtype=bf16)
+    call = lambda: fac.fwd(q, k, v, causal=causal, softcap=softcap)  # noqa: E731
+    if _ws_only(head_dim, "mods") and not ws:  # a Hopper kernel runs only where it is the WS one
+        assert _takes_hopper_kernel(call) == _takes_hopper_kernel(call, ws=True)
+    else:
+        assert _takes_hopper_kernel(call, ws)
+    out, lse = call()
+    _check(q, k, v, causal, out, lse, softcap=softcap)
+
+
 @pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024)], ids=str)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", [64, 104, 128, 160, 192, 256])

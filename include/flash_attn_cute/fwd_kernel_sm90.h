@@ -40,6 +40,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
   constexpr bool Is_dropout = kVariant == Variant::kDropout;
   static_assert(Has_mods || !Is_softcap);
   using Element = typename Traits::Element;
+  constexpr bool kSoftcapFixedOffset = Is_softcap && std::is_same_v<Element, cutlass::bfloat16_t>;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
@@ -118,6 +119,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
   const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
   const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
   const bool has_alibi = alibi_slope != 0.f;  // no bias work without a slope
+  // bf16 softcap's loop without ALiBi runs with a fixed offset (BoundedScores); a cap too large for
+  // it takes the ALiBi loop, with a slope of 0 where the head has none.
+  const bool alibi_loop = has_alibi || (kSoftcapFixedOffset && !BoundedScores::fits(params.softmax_scale_log2));
+  if (kSoftcapFixedOffset && !alibi_loop) softmax.fix_offset(params.softmax_scale_log2);
   Tensor tOrO_rc = make_tensor(tOrO.data(), acc_layout_rowcol(tOrO.layout()));  // (rows, head_dim cols)
   Tensor tScS_blocks = make_tensor(tScS.data(), acc_layout_mma_blocks(tScS.layout()));  // ((2, 2), MMA_M, N / 8)
   [[maybe_unused]] DropoutRng dropout_rng(0, 0, 0);
@@ -133,6 +138,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
                       auto with_alibi) __attribute__((always_inline)) {
     constexpr bool kSoftcap = decltype(with_softcap)::value;
     constexpr bool kBiasFirst = !kSoftcap && decltype(with_alibi)::value;
+    constexpr bool kFixedOffset = kSoftcapFixedOffset && !decltype(with_alibi)::value;
     Tensor tSrS = partition_fragment_C(tiled_mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
     if constexpr (kBiasFirst) {
       fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
@@ -153,7 +159,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
       cp_async_fence();
     }
     Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
-    softmax.template rescale_o<decltype(is_masked)::value, Traits::fma_exp2_every(kSoftcap)>(
+    softmax.template rescale_o<decltype(is_masked)::value, Traits::fma_exp2_every(kSoftcap), kFixedOffset>(
         is_first, tSrS_rc, tOrO_rc, params.softmax_scale_log2);
     Tensor rP = convert_type<Element>(tSrS);                              // (MMA, MMA_M, MMA_N)
     if constexpr (Is_dropout) {
@@ -168,7 +174,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
     copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, tQgQ, tQsQ, tQcQ, rows_left, params.head_dim);
     load_kv(tKgK, tKsK, range.n_block_max - 1, cute::true_type{});
     cp_async_fence();
-    fwd_walk_sm90<Has_mods, Is_softcap>(range, has_alibi, fwd_step);
+    fwd_walk_sm90<Has_mods, Is_softcap>(range, alibi_loop, fwd_step);
   }
   // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
   auto lse = softmax.finalize(tOrO_rc, params.softmax_scale, Is_dropout ? params.dropout.rp : 1.f);

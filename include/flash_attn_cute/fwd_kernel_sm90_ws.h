@@ -186,6 +186,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
   constexpr bool Has_mods = kVariant != Variant::kPlain;
   constexpr bool Is_dropout = kVariant == Variant::kDropout;
   using Element = typename Traits::Element;
+  constexpr bool kSoftcapFixedOffset = Is_softcap && std::is_same_v<Element, cutlass::bfloat16_t>;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
@@ -238,6 +239,10 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
     const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
     const bool has_alibi = alibi_slope != 0.f;  // the tile's, warp-uniform: no bias work without a slope
+    // bf16 softcap's loop without ALiBi runs with a fixed offset (BoundedScores); a cap too large
+    // for it takes the ALiBi loop, with a slope of 0 where the head has none.
+    const bool alibi_loop = has_alibi || (kSoftcapFixedOffset && !BoundedScores::fits(params.softmax_scale_log2));
+    const bool fixed_offset = kSoftcapFixedOffset && !alibi_loop;
     [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
     clear(tOrO);
 
@@ -246,11 +251,12 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     // exponentials run while P V does: only O's rescale waits for it. Use i of the rings holds this
     // block's K and V. The score mods as in fwd_kernel.h: without softcap, ALiBi (where the head has
     // a slope) is S's initial value and Q K^T accumulates onto it; softcap's tanh comes first, then
-    // the bias.
+    // the bias. kFixedOffset: bf16 softcap without ALiBi, whose softmax takes no max.
     auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap,
                         auto with_alibi) __attribute__((always_inline)) {
       constexpr bool kSoftcap = decltype(with_softcap)::value;
       constexpr bool kBiasFirst = !kSoftcap && decltype(with_alibi)::value;
+      constexpr bool kFixedOffset = kSoftcapFixedOffset && !decltype(with_alibi)::value;
       constexpr bool kOverlap = Traits::kOverlapPV;
       Tensor tSrS = partition_fragment_C(tiled_mma_s, tile_mn);  // (MMA, MMA_M, MMA_N)
       if constexpr (kBiasFirst) {
@@ -285,14 +291,14 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
       constexpr int kFmaExp2Every = Traits::fma_exp2_every(kSoftcap);
       if constexpr (kOverlap) {
-        const auto rescale = softmax.template step_exp<decltype(is_masked)::value, kFmaExp2Every>(
+        const auto rescale = softmax.template step_exp<decltype(is_masked)::value, kFmaExp2Every, kFixedOffset>(
             is_first, tSrS_rc, params.softmax_scale_log2);
         warpgroup_mma_done(tOrO, tOrP);
         if (!is_first) barriers.v.release(i - 1);
         softmax.rescale_by(rescale, tOrO_rc);
       } else {
-        softmax.template rescale_o<decltype(is_masked)::value, kFmaExp2Every>(is_first, tSrS_rc, tOrO_rc,
-                                                                             params.softmax_scale_log2);
+        softmax.template rescale_o<decltype(is_masked)::value, kFmaExp2Every, kFixedOffset>(
+            is_first, tSrS_rc, tOrO_rc, params.softmax_scale_log2);
       }
       Tensor rP = convert_type<Element>(tSrS);  // (MMA, MMA_M, MMA_N)
       if constexpr (Is_dropout) {
@@ -306,7 +312,8 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
 
     const bool has_keys = range.n_block_max > range.n_block_min;
     if (has_keys) {
-      fwd_walk_sm90<Has_mods, Is_softcap>(range, has_alibi, fwd_step);
+      if (fixed_offset) softmax.fix_offset(params.softmax_scale_log2);
+      fwd_walk_sm90<Has_mods, Is_softcap>(range, alibi_loop, fwd_step);
       // The tile's Q K^T are done. With O in shared memory of its own, the producer may now load
       // the next tile's Q, and then its K and V, during the last P V and the epilogue.
       if constexpr (Traits::kSeparateO) barriers.q.release(q_use);

@@ -56,14 +56,15 @@ __device__ __forceinline__ void fwd_mainloop(NBlockRange const& range, float sof
 }
 
 // fwd_walk for the Hopper forwards, whose softcap case is a kernel's (Is_softcap): step(n_block,
-// is_masked, is_first, with_softcap, with_alibi), with_alibi where the head has an ALiBi slope, in
-// a loop of its own. Decided in the step, the bias's branch would end ptxas's block between the
-// tanh and the exponentials (which then no longer interleave), and without softcap leave the MMA's
-// scale of S (the bias is its initial value) a run-time value: ptxas zeroes S before every Q K^T.
+// is_masked, is_first, with_softcap, with_alibi), with_alibi (alibi_loop) where the head has an
+// ALiBi slope, or where a bf16 cap is too large for softcap's fixed-offset loop, in a loop of its
+// own. Decided in the step, the bias's branch would end ptxas's block between the tanh and the
+// exponentials (which then no longer interleave), and without softcap leave the MMA's scale of S
+// (the bias is its initial value) a run-time value: ptxas zeroes S before every Q K^T.
 template <bool Has_mods, bool Is_softcap, class Step>
-__device__ __forceinline__ void fwd_walk_sm90(NBlockRange const& range, bool has_alibi, Step&& step) {
+__device__ __forceinline__ void fwd_walk_sm90(NBlockRange const& range, bool alibi_loop, Step&& step) {
   if constexpr (Has_mods) {
-    if (has_alibi) {
+    if (alibi_loop) {
       fwd_walk(range, step, cute::bool_constant<Is_softcap>{}, cute::true_type{});
       return;
     }

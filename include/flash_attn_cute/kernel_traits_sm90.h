@@ -19,11 +19,13 @@ using GmmaSmemAtomK = std::conditional_t<kHeadDim % 64 == 0, SM90::GMMA::Layout_
                                          SM90::GMMA::Layout_K_SW64_Atom<Element>>;
 
 // Every fma_exp2_every-th exponential of a mask-free step is computed on the FMA pipe (softmax.h's
-// exp2_fma; 0: none): with softcap up to head dim 128, where a score's two MUFU operations (tanh and
-// exp2) take as long as the step's MMAs. Session 26: hdim 64 softcap 7 % faster, hdim 128 0-2 %;
-// plain hdim 64 (one MUFU operation a score) 7 % slower. Not with dropout.
+// exp2_fma; 0: none): with softcap at head dim 64, where a score's two MUFU operations (tanh and
+// exp2) take longer than the step's MMAs. Session 26: hdim 64 softcap 7 % faster, plain hdim 64 (one
+// MUFU operation a score) 7 % slower. Session 29, with softcap's fixed offset: at hdim 128 none is
+// as fast at a cap of 30 and 3-4 % faster at 50 than every 4th, every 2nd 2-10 % slower. Not with
+// dropout.
 constexpr int fwd_sm90_fma_exp2_every(int head_dim, Variant variant, bool softcap) {
-  return softcap && variant != Variant::kDropout && head_dim <= 128 ? 4 : 0;
+  return softcap && variant != Variant::kDropout && head_dim <= 64 ? 4 : 0;
 }
 
 template <int kHeadDim_, bool kIsCausal, typename Element_, Variant kVariant = Variant::kPlain>

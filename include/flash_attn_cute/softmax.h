@@ -49,6 +49,20 @@ FLASH_HOST_DEVICE float exp2_fma(float x) {
   return bit_cast<float>(bit_cast<uint32_t>(p) + (bit_cast<uint32_t>(shifted) << 23));
 }
 
+// Softcap's scores are tanh values, in [-1, 1] (or -inf where hidden), so the exponent's offset
+// needs no running max: with scale_log2 = cap * log2(e) up to kMaxScaleLog2 and the offset
+// offset_log2(scale_log2), every term exp2(t * scale_log2 - offset) lies in [2^kLeastLog2,
+// 2^kMostLog2]. At the top, O's sums of n terms times V stay finite for n and |V| up to 2^24; at the
+// bottom, a term times a V entry down to 2^-40 stays a normal float. Only where P is bf16 (fp32's
+// exponent range): fp16 tops out at 2^16 and loses bits from 2^-14 down.
+struct BoundedScores {
+  static constexpr float kMostLog2 = 80.f;
+  static constexpr float kLeastLog2 = -86.f;
+  static constexpr float kMaxScaleLog2 = (kMostLog2 - kLeastLog2) / 2.f;  // a cap of 57.5
+  static FLASH_HOST_DEVICE bool fits(float scale_log2) { return scale_log2 <= kMaxScaleLog2; }
+  static FLASH_HOST_DEVICE float offset_log2(float scale_log2) { return fmaxf(0.f, scale_log2 - kMostLog2); }
+};
+
 // kLazyRescale: after the first tile, rescale O only when a row's max outgrows its offset by more
 // than kRescaleLog2 (softmax_rescale_o); else at every tile, to the exact running max.
 template <int kNRows, bool kLazyRescale>
@@ -61,6 +75,12 @@ struct Softmax {
   __device__ __forceinline__ Softmax() {
     fill(row_max, -INFINITY);
     fill(row_sum, 0.f);
+  }
+
+  // Bounded scores (BoundedScores): the exponent's offset fixed for every tile, before the first;
+  // the steps then take kFixedOffset, which takes no max and never rescales O.
+  __device__ __forceinline__ void fix_offset(float scale_log2) {
+    fill(row_max, BoundedScores::offset_log2(scale_log2) / scale_log2);
   }
 
   // The max used as the exponent's offset. A row whose scores are all -inf so far (fully masked)
@@ -89,10 +109,13 @@ struct Softmax {
     exponentiate<Check_inf, kFmaExp2Every>(tSrS_rc, scale_log2);
   }
 
-  // softmax_rescale_o for a step function's run-time is_first (the first key block's step).
-  template <bool Check_inf, int kFmaExp2Every = 0, class TensorS, class TensorO>
+  // softmax_rescale_o for a step function's run-time is_first (the first key block's step), or
+  // with kFixedOffset (fix_offset) the exponentials alone.
+  template <bool Check_inf, int kFmaExp2Every = 0, bool kFixedOffset = false, class TensorS, class TensorO>
   __device__ __forceinline__ void rescale_o(bool is_first, TensorS& tSrS_rc, TensorO& tOrO_rc, float scale_log2) {
-    if (is_first) {
+    if constexpr (kFixedOffset) {
+      exponentiate<Check_inf, kFmaExp2Every>(tSrS_rc, scale_log2);
+    } else if (is_first) {
       softmax_rescale_o<true, Check_inf, kFmaExp2Every>(tSrS_rc, tOrO_rc, scale_log2);
     } else {
       softmax_rescale_o<false, Check_inf, kFmaExp2Every>(tSrS_rc, tOrO_rc, scale_log2);
@@ -106,12 +129,16 @@ struct Softmax {
     RowTensor factor;
     bool needed;  // false: the offsets did not move (the first tile, or a lazy step within kRescaleLog2)
   };
-  template <bool Check_inf, int kFmaExp2Every = 0, class TensorS>
+  template <bool Check_inf, int kFmaExp2Every = 0, bool kFixedOffset = false, class TensorS>
   __device__ __forceinline__ Rescale step_exp(bool is_first, TensorS& tSrS_rc, float scale_log2) {
     Rescale rescale;
     auto keep_factor = [&](int mi, float factor) { rescale.factor(mi) = factor; };
-    rescale.needed = is_first ? move_offsets<true, Check_inf>(tSrS_rc, scale_log2, keep_factor)
-                              : move_offsets<false, Check_inf>(tSrS_rc, scale_log2, keep_factor);
+    if constexpr (kFixedOffset) {
+      rescale.needed = false;
+    } else {
+      rescale.needed = is_first ? move_offsets<true, Check_inf>(tSrS_rc, scale_log2, keep_factor)
+                                : move_offsets<false, Check_inf>(tSrS_rc, scale_log2, keep_factor);
+    }
     exponentiate<Check_inf, kFmaExp2Every>(tSrS_rc, scale_log2);
     return rescale;
   }

@@ -1377,6 +1377,26 @@ void test_exp2_fma() {
   CHECK(exp2_fma(0.f) > 0.99992f && exp2_fma(0.f) < 1.00008f, fmt("exp2_fma(0) = %.9g", exp2_fma(0.f)));
 }
 
+// BoundedScores (softmax.h): for every cap it admits, the fixed offset keeps each term exp2(t *
+// scale_log2 - offset), t in [-1, 1], in [2^kLeastLog2, 2^kMostLog2]; caps past 57.5 are refused.
+// scale_log2 as the glue computes it: float(cap * log2(e)).
+void test_bounded_scores() {
+  long bad = 0;
+  float largest_fitting = 0;
+  for (double cap = 0.01; cap < 80.0; cap *= 1.001) {
+    const float scale_log2 = float(cap * 1.4426950408889634);
+    if (!BoundedScores::fits(scale_log2)) continue;
+    largest_fitting = std::max(largest_fitting, float(cap));
+    const float offset = BoundedScores::offset_log2(scale_log2);
+    const float top = scale_log2 - offset, bottom = -scale_log2 - offset;
+    bad += top > BoundedScores::kMostLog2 || bottom < BoundedScores::kLeastLog2 || offset < 0.f;
+    bad += !(std::isnormal(std::exp2(bottom)) && std::isfinite(std::exp2(top)));
+  }
+  CHECK_EQ(bad, 0L, "every admitted cap keeps the terms within [2^kLeastLog2, 2^kMostLog2]");
+  CHECK(largest_fitting > 57.4f && largest_fitting < 57.6f, fmt("largest admitted cap %g, not 57.5", largest_fitting));
+  CHECK(BoundedScores::offset_log2(float(30.0 * 1.4426950408889634)) == 0.f, "a cap of 30 needs no offset");
+}
+
 // ----------------------------------------------------------------------------------------------
 
 struct Case {
@@ -1402,6 +1422,7 @@ const Case kCases[] = {
     {"dropout_rng", test_dropout_rng},
     {"dropout_layout", test_dropout_layout},
     {"exp2_fma", test_exp2_fma},
+    {"bounded_scores", test_bounded_scores},
 };
 
 }  // namespace
