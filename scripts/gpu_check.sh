@@ -11,14 +11,7 @@
 #          per kernel path under a watchdog), TEST_TIMEOUT / BENCH_TIMEOUT (seconds, default 1800 / 600)
 #          DEV_BUILD_TIMING=1 (also time a one-head-dim, one-dtype build from scratch)
 #   Kernel objects in .prebuilt/ (scripts/prebuild_kernels.py, carried along) are linked, not compiled.
-set -uo pipefail
-OUT=${OUT:-/tmp/flash_attn_cute_out}
-mkdir -p "$OUT/extra"
-export PYTHONUNBUFFERED=1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
-fi
+source "$(dirname "$0")/gpu_env.sh"
 export FLASH_ATTN_CUTE_ARCHS=${FLASH_ATTN_CUTE_ARCHS:-90}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 export FLASH_ATTN_CUTE_PTXAS_VERBOSE=${FLASH_ATTN_CUTE_PTXAS_VERBOSE:-1}

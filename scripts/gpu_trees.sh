@@ -1,17 +1,11 @@
 #!/usr/bin/env bash
-# One GPU call over packages prebuilt on the CPU machine (scripts/build_offline_ext.sh; each packed
-# as .trees/NAME.tar.xz from its .offline folder: tar -cJf .trees/NAME.tar.xz -C .offline flash_attn_cute): unpacks every tree, runs the tests on the trees
-# named in TEST_TREES (pytest arguments in TESTS), then scripts/ab_fwd.py over all of them. Logs
-# under $OUT: tests_NAME.log, ab.md.
-#   usage: TEST_TREES="A" TESTS="tests/test_fwd_sm90.py -k 'not fp16'" AB_ARGS="--rounds 2" bash scripts/gpu_trees.sh
-set -uo pipefail
-OUT=${OUT:-/tmp/flash_attn_cute_out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
-fi
+# One GPU call over packages prebuilt on the CPU machine (scripts/build_offline_ext.sh, each packed
+# from its .offline folder: tar -cJf .trees/NAME.tar.xz -C .offline flash_attn_cute): unpacks every
+# tree, runs the tests (pytest arguments in TESTS, relative to tests/) on the trees named in
+# TEST_TREES, then scripts/ab_fwd.py (AB_ARGS) over all of them. Logs under $OUT: tests_NAME.log,
+# ab.md. Carry ".trees" in the device call.
+#   usage: TEST_TREES="A" TESTS="test_fwd_sm90.py -k 'not fp16'" AB_ARGS="--rounds 2" bash scripts/gpu_trees.sh
+source "$(dirname "$0")/gpu_env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 trees=()
 for archive in .trees/*.tar.xz; do
