@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
   constexpr bool Is_dropout = kVariant == Variant::kDropout;
   static_assert(Has_mods || !Is_softcap);
   using Element = typename Traits::Element;
-  constexpr bool kSoftcapFixedOffset = Is_softcap && std::is_same_v<Element, cutlass::bfloat16_t>;
+  constexpr bool kSoftcapFixedOffset = softcap_fixed_offset<Is_softcap, Element>;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
@@ -119,9 +119,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
   const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
   const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
   const bool has_alibi = alibi_slope != 0.f;  // no bias work without a slope
-  // bf16 softcap's loop without ALiBi runs with a fixed offset (BoundedScores); a cap too large for
-  // it takes the ALiBi loop, with a slope of 0 where the head has none.
-  const bool alibi_loop = has_alibi || (kSoftcapFixedOffset && !BoundedScores::fits(params.softmax_scale_log2));
+  const bool alibi_loop = sm90_alibi_loop<Is_softcap, Element>(has_alibi, params.softmax_scale_log2);
   if (kSoftcapFixedOffset && !alibi_loop) softmax.fix_offset(params.softmax_scale_log2);
   Tensor tOrO_rc = make_tensor(tOrO.data(), acc_layout_rowcol(tOrO.layout()));  // (rows, head_dim cols)
   Tensor tScS_blocks = make_tensor(tScS.data(), acc_layout_mma_blocks(tScS.layout()));  // ((2, 2), MMA_M, N / 8)

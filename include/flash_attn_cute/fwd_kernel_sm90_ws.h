@@ -186,7 +186,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
   constexpr bool Has_mods = kVariant != Variant::kPlain;
   constexpr bool Is_dropout = kVariant == Variant::kDropout;
   using Element = typename Traits::Element;
-  constexpr bool kSoftcapFixedOffset = Is_softcap && std::is_same_v<Element, cutlass::bfloat16_t>;
+  constexpr bool kSoftcapFixedOffset = softcap_fixed_offset<Is_softcap, Element>;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
@@ -239,9 +239,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
     const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
     const bool has_alibi = alibi_slope != 0.f;  // the tile's, warp-uniform: no bias work without a slope
-    // bf16 softcap's loop without ALiBi runs with a fixed offset (BoundedScores); a cap too large
-    // for it takes the ALiBi loop, with a slope of 0 where the head has none.
-    const bool alibi_loop = has_alibi || (kSoftcapFixedOffset && !BoundedScores::fits(params.softmax_scale_log2));
+    const bool alibi_loop = sm90_alibi_loop<Is_softcap, Element>(has_alibi, params.softmax_scale_log2);
     const bool fixed_offset = kSoftcapFixedOffset && !alibi_loop;
     [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
     clear(tOrO);

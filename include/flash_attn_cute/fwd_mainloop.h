@@ -7,6 +7,7 @@
 
 #include "block_info.h"
 #include "mask.h"
+#include "softmax.h"
 
 namespace flash_attn_cute {
 
@@ -54,6 +55,18 @@ __device__ __forceinline__ void fwd_mainloop(NBlockRange const& range, float sof
     fwd_walk(range, step, cute::false_type{});
   }
 }
+
+// The Hopper forwards' softcap loop without ALiBi runs with a fixed offset (BoundedScores) where P
+// is bf16 (softcap_fixed_offset); a cap too large for it takes the ALiBi loop, with a slope of 0
+// where the head has none (sm90_alibi_loop: whether fwd_walk_sm90 takes that loop).
+template <bool Is_softcap, class Element>
+inline constexpr bool softcap_fixed_offset = Is_softcap && std::is_same_v<Element, cutlass::bfloat16_t>;
+
+template <bool Is_softcap, class Element>
+__device__ __forceinline__ bool sm90_alibi_loop(bool has_alibi, float scale_log2) {
+  return has_alibi || (softcap_fixed_offset<Is_softcap, Element> && !BoundedScores::fits(scale_log2));
+}
+
 
 // fwd_walk for the Hopper forwards, whose softcap case is a kernel's (Is_softcap): step(n_block,
 // is_masked, is_first, with_softcap, with_alibi), with_alibi (alibi_loop) where the head has an
