@@ -10,7 +10,8 @@ brackets the row's speed against the same tree's plain row of that causality (fe
 Rows: 16k tokens (batch x seqlen), head dim 128 with 16 heads, 64 with 32; softcap 30 (50 and 60 on
 their own rows: the fixed-offset softmax's bound lies between them), ALiBi slopes rand(heads) x 0.1,
 dropout 0.1. --sdpa adds torch's FLASH_ATTENTION and CUDNN_ATTENTION backends on the plain rows
-(timed in the first tree's process).
+(timed in the first tree's process). --backward times forward + backward instead (a gradient for q, k
+and v; the trees need the backward built).
 """
 import argparse
 import json
@@ -44,7 +45,7 @@ def plain_row(name):
     return f"h{hdim} {'causal' if causal else 'full'}"
 
 
-def worker(tree, rows, sdpa):
+def worker(tree, rows, sdpa, backward):
     sys.path.insert(0, tree)
     import torch
     import triton.testing
@@ -57,18 +58,22 @@ def worker(tree, rows, sdpa):
     for name in rows:
         hdim, causal, kw = ROWS[name]
         heads = 2048 // hdim
-        q, k, v = (torch.randn(1, SEQLEN, heads, hdim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        q, k, v = (torch.randn(1, SEQLEN, heads, hdim, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
+                   for _ in range(3))
+        dout = torch.randn_like(q)
+        run = (lambda out: torch.autograd.grad(out, (q, k, v), dout)) if backward else (lambda out: out)  # noqa: E731
         kw = dict(kw)
         if kw.pop("alibi", False):
             kw["alibi_slopes"] = torch.rand(heads, device="cuda") * 0.1
-        fn = lambda: fac.flash_attn_func(q, k, v, causal=causal, **kw)  # noqa: E731
+        fn = lambda: run(fac.flash_attn_func(q, k, v, causal=causal, **kw))  # noqa: E731
         times[name] = triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
         if sdpa and not kw:
             from torch.nn.attention import SDPBackend, sdpa_kernel
             qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
             for label, backend in (("FA2", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
                 with sdpa_kernel(backend):
-                    sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)  # noqa: E731
+                    sdpa = lambda: run(torch.nn.functional.scaled_dot_product_attention(  # noqa: E731
+                        qt, kt, vt, is_causal=causal).transpose(1, 2))
                     times[f"{name} [{label}]"] = triton.testing.do_bench(sdpa, warmup=25, rep=200, return_mode="median")
     print(json.dumps(times))
 
@@ -79,11 +84,12 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--only", default="", help="comma-separated prefixes of the rows to time")
     parser.add_argument("--sdpa", action="store_true")
+    parser.add_argument("--backward", action="store_true", help="time forward + backward")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--rows", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.rows.split(","), args.sdpa)
+        worker(args.worker, args.rows.split(","), args.sdpa, args.backward)
         return
     prefixes = [p for p in args.only.split(",") if p]
     rows = [r for r in ROWS if not prefixes or any(r.startswith(p) for p in prefixes)]
@@ -97,6 +103,8 @@ def main():
             cmd = [sys.executable, __file__, "--worker", trees[name], "--rows", ",".join(rows)]
             if args.sdpa and name == list(trees)[0]:
                 cmd.append("--sdpa")
+            if args.backward:
+                cmd.append("--backward")
             out = subprocess.run(cmd, capture_output=True, text=True)
             if out.returncode != 0:
                 sys.exit(f"tree {name} round {r} failed:\n{out.stderr[-3000:]}")
