@@ -32,9 +32,10 @@ namespace flash_attn_cute {
 using namespace cute;
 
 // Named barriers: one per consumer for its turn, one for all consumers, one for the producer.
+inline constexpr int kMaxConsumers = 3;
 inline constexpr int kTurnBarrier = 1;  // + consumer index
-inline constexpr int kConsumersBarrier = 3;
-inline constexpr int kProducerBarrier = 4;
+inline constexpr int kConsumersBarrier = kTurnBarrier + kMaxConsumers;
+inline constexpr int kProducerBarrier = kConsumersBarrier + 1;
 
 template <int kStages>
 struct FwdWsBarriers {
@@ -182,11 +183,16 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
                                                FwdWsBarriers<Traits::kStages>& barriers,
                                                typename Traits::Element* smem_q, typename Traits::Element* smem_k,
                                                typename Traits::Element* smem_v, typename Traits::Element* smem_o) {
-  static_assert(Traits::kConsumers == 2, "the turns (take_turn / pass_turn) are written for two consumers");
+  static_assert(Traits::kConsumers >= 2 && Traits::kConsumers <= kMaxConsumers);
   constexpr bool Has_mods = kVariant != Variant::kPlain;
   constexpr bool Is_dropout = kVariant == Variant::kDropout;
   using Element = typename Traits::Element;
   constexpr bool kSoftcapFixedOffset = softcap_fixed_offset<Is_softcap, Element>;
+  // Split softcap: the fixed-offset kernel (Traits::kFixedOffset) or the ALiBi loop's (run_fwd_sm90_ws).
+  constexpr Sm90Loops kLoops = Traits::kFixedOffset                                 ? Sm90Loops::kNoBias
+                               : Is_softcap && kFwdWsSoftcapSplit<Element, kVariant> ? Sm90Loops::kAlibi
+                                                                                     : Sm90Loops::kPerTile;
+  static_assert(!Traits::kFixedOffset || Is_softcap);
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
@@ -217,12 +223,13 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
   [[maybe_unused]] DropoutRng dropout_rng(0, 0, 0);
   if constexpr (Is_dropout) dropout_rng = make_dropout_rng(params.dropout);
 
-  // Turns: consumer 0, 1, 0, 1, ... over all tiles; each arrives on the other's barrier when its
-  // MMAs are issued. Consumer 1's arrive before any turn lets consumer 0 start; consumer 0's wait
-  // at the end takes consumer 1's arrive after its last turn.
+  // Turns: consumer 0, 1, .., 0, 1, .. over all tiles; each arrives on the next one's barrier when
+  // its MMAs are issued. The last consumer's arrive before any turn lets consumer 0 start; consumer
+  // 0's wait at the end takes the last one's arrive after its last turn.
+  constexpr int kLast = Traits::kConsumers - 1;
   auto take_turn = [&] { named_barrier_sync(kTurnBarrier + consumer, 2 * 128); };
-  auto pass_turn = [&] { named_barrier_arrive(kTurnBarrier + 1 - consumer, 2 * 128); };
-  if (consumer == 1) pass_turn();
+  auto pass_turn = [&] { named_barrier_arrive(kTurnBarrier + (consumer == kLast ? 0 : consumer + 1), 2 * 128); };
+  if (consumer == kLast) pass_turn();
 
   int i = 0;  // uses of the K / V rings, as the producer counts them
   for (int q_use = 0;; ++q_use) {  // uses of Q's buffer, one per tile
@@ -239,7 +246,9 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
     const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
     const bool has_alibi = alibi_slope != 0.f;  // the tile's, warp-uniform: no bias work without a slope
-    const bool alibi_loop = sm90_alibi_loop<Is_softcap, Element>(has_alibi, params.softmax_scale_log2);
+    const bool alibi_loop = kLoops == Sm90Loops::kPerTile
+                                ? sm90_alibi_loop<Is_softcap, Element>(has_alibi, params.softmax_scale_log2)
+                                : kLoops == Sm90Loops::kAlibi;
     const bool fixed_offset = kSoftcapFixedOffset && !alibi_loop;
     [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
     clear(tOrO);
@@ -311,7 +320,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     const bool has_keys = range.n_block_max > range.n_block_min;
     if (has_keys) {
       if (fixed_offset) softmax.fix_offset(params.softmax_scale_log2);
-      fwd_walk_sm90<Has_mods, Is_softcap>(range, alibi_loop, fwd_step);
+      fwd_walk_sm90<Has_mods, Is_softcap, kLoops>(range, alibi_loop, fwd_step);
       // The tile's Q K^T are done. With O in shared memory of its own, the producer may now load
       // the next tile's Q, and then its K and V, during the last P V and the epilogue.
       if constexpr (Traits::kSeparateO) barriers.q.release(q_use);
@@ -353,7 +362,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     if constexpr (!Traits::kSeparateO) cutlass::arch::fence_view_async_shared();
     if (!Traits::kSeparateO || !has_keys) barriers.q.release(q_use);
   }
-  if (consumer == 0) take_turn();  // consumer 1's arrive after its last turn
+  if (consumer == 0) take_turn();  // the last consumer's arrive after its last turn
 }
 
 template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, bool Is_softcap>
@@ -428,9 +437,20 @@ cudaError_t launch_fwd_sm90_ws_kernel(FwdParams const& params, cudaStream_t stre
 
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_fwd_sm90_ws(FwdParams const& params, cudaStream_t stream) {
-  using Traits = FwdKernelTraitsSm90Ws<kHeadDim, typename ElementOf<kDType>::type, kVariant>;
+  using Element = typename ElementOf<kDType>::type;
+  using Traits = FwdKernelTraitsSm90Ws<kHeadDim, Element, kVariant>;
   if constexpr (kVariant != Variant::kPlain) {
-    if (params.softcap > 0.f) return launch_fwd_sm90_ws_kernel<Traits, kIsCausal, kIsEvenK, kVariant, true>(params, stream);
+    if (params.softcap > 0.f) {
+      // The fixed offset where no head has a slope and the cap fits, in a kernel of its own (its
+      // tile: tile_size.h); ALiBi and larger caps take the other kernel, the ALiBi loop alone.
+      if constexpr (kFwdWsSoftcapSplit<Element, kVariant>) {
+        if (fixed_offset_fits(params.alibi_slopes != nullptr, params.softmax_scale_log2)) {
+          using FixedOffsetTraits = FwdKernelTraitsSm90Ws<kHeadDim, Element, kVariant, true>;
+          return launch_fwd_sm90_ws_kernel<FixedOffsetTraits, kIsCausal, kIsEvenK, kVariant, true>(params, stream);
+        }
+      }
+      return launch_fwd_sm90_ws_kernel<Traits, kIsCausal, kIsEvenK, kVariant, true>(params, stream);
+    }
   }
   return launch_fwd_sm90_ws_kernel<Traits, kIsCausal, kIsEvenK, kVariant, false>(params, stream);
 }

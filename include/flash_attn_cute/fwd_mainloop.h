@@ -62,10 +62,18 @@ __device__ __forceinline__ void fwd_mainloop(NBlockRange const& range, float sof
 template <bool Is_softcap, class Element>
 inline constexpr bool softcap_fixed_offset = Is_softcap && std::is_same_v<Element, cutlass::bfloat16_t>;
 
+FLASH_HOST_DEVICE bool fixed_offset_fits(bool has_alibi, float scale_log2) {
+  return !has_alibi && BoundedScores::fits(scale_log2);
+}
+
 template <bool Is_softcap, class Element>
 __device__ __forceinline__ bool sm90_alibi_loop(bool has_alibi, float scale_log2) {
-  return has_alibi || (softcap_fixed_offset<Is_softcap, Element> && !BoundedScores::fits(scale_log2));
+  return has_alibi || (softcap_fixed_offset<Is_softcap, Element> && !fixed_offset_fits(false, scale_log2));
 }
+
+// The loops of fwd_walk_sm90 that a kernel holds: both, chosen per tile (alibi_loop), or one. The
+// warp-specialized forward's bf16 softcap has a kernel for each (run_fwd_sm90_ws).
+enum class Sm90Loops { kPerTile, kNoBias, kAlibi };
 
 
 // fwd_walk for the Hopper forwards, whose softcap case is a kernel's (Is_softcap): step(n_block,
@@ -74,15 +82,16 @@ __device__ __forceinline__ bool sm90_alibi_loop(bool has_alibi, float scale_log2
 // own. Decided in the step, the bias's branch would end ptxas's block between the tanh and the
 // exponentials (which then no longer interleave), and without softcap leave the MMA's scale of S
 // (the bias is its initial value) a run-time value: ptxas zeroes S before every Q K^T.
-template <bool Has_mods, bool Is_softcap, class Step>
+template <bool Has_mods, bool Is_softcap, Sm90Loops kLoops = Sm90Loops::kPerTile, class Step>
 __device__ __forceinline__ void fwd_walk_sm90(NBlockRange const& range, bool alibi_loop, Step&& step) {
-  if constexpr (Has_mods) {
-    if (alibi_loop) {
+  static_assert(Has_mods || kLoops == Sm90Loops::kPerTile);
+  if constexpr (Has_mods && kLoops != Sm90Loops::kNoBias) {
+    if (kLoops == Sm90Loops::kAlibi || alibi_loop) {
       fwd_walk(range, step, cute::bool_constant<Is_softcap>{}, cute::true_type{});
       return;
     }
   }
-  fwd_walk(range, step, cute::bool_constant<Is_softcap>{}, cute::false_type{});
+  if constexpr (kLoops != Sm90Loops::kAlibi) fwd_walk(range, step, cute::bool_constant<Is_softcap>{}, cute::false_type{});
 }
 
 }  // namespace flash_attn_cute

@@ -6,6 +6,7 @@
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cute/tensor.hpp>
 
+#include "fwd_mainloop.h"
 #include "kernel_traits.h"
 
 namespace flash_attn_cute {
@@ -75,12 +76,19 @@ struct FwdKernelTraitsSm90 {
 
 // The warp-specialized Hopper forward (fwd_kernel_sm90_ws.h): warpgroup 0 loads, kConsumers
 // warpgroups compute, each on its own 64 query rows; K and V stream through kStages buffers each.
-template <int kHeadDim_, typename Element_, Variant kVariant = Variant::kPlain>
+// The score-mod variant's bf16 softcap takes two warp-specialized kernels (run_fwd_sm90_ws): one of
+// the fixed-offset loop alone (kFixedOffset_, with a tile of its own) and one of the ALiBi loop.
+template <typename Element, Variant kVariant>
+inline constexpr bool kFwdWsSoftcapSplit = kVariant == Variant::kScoreMods && softcap_fixed_offset<true, Element>;
+
+template <int kHeadDim_, typename Element_, Variant kVariant = Variant::kPlain, bool kFixedOffset_ = false>
 struct FwdKernelTraitsSm90Ws {
   using Element = Element_;
   using ElementAccum = float;
 
-  static constexpr FwdTileShape kTile = fwd_sm90_ws_tile_shape(kHeadDim_);
+  static constexpr bool kFixedOffset = kFixedOffset_;
+  static_assert(!kFixedOffset || kFwdWsSoftcapSplit<Element, kVariant>);
+  static constexpr FwdTileShape kTile = fwd_sm90_ws_tile_shape(kHeadDim_, kFixedOffset);
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
@@ -91,8 +99,8 @@ struct FwdKernelTraitsSm90Ws {
   static_assert(kTile.n_warps * 32 == kNThreads);
   static constexpr int kStages = kFwdSm90WsStages;
   // setmaxnreg: the producer's copies need few registers, the consumers' S, P and O many.
-  static constexpr int kProducerRegs = 56;
-  static constexpr int kConsumerRegs = 224;
+  static constexpr int kProducerRegs = kConsumers == 2 ? 56 : 32;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 224 : 160;
   static_assert(kNProducerThreads * kProducerRegs + kNConsumerThreads * kConsumerRegs <= 65536);
   // The lazy rescale (softmax.h) in every variant: the consumers' registers hold it.
   static constexpr bool kLazyRescale = kHeadDim > 64;

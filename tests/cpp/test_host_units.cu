@@ -119,16 +119,23 @@ void test_tile_table() {
           fmt("sm90 tile of hdim %d: %d CTAs per SM", kFwdHeadDims[i], ctas));
   }
   // The warp-specialized Hopper forward: a producer warpgroup plus one consumer warpgroup per 64
-  // rows, key steps a multiple of 16, one CTA per SM in shared memory; the kernel above for the rest.
+  // rows (two or three of them: the kernel's named barriers), key steps a multiple of 16, one CTA
+  // per SM in shared memory; the kernel above for the rest. With and without softcap's fixed offset.
   for (int i = 0; i < n_dims; ++i) {
     if (!fwd_sm90_warp_specialized(kFwdHeadDims[i])) continue;
-    const FwdTileShape ws = fwd_sm90_ws_tile_shape(kFwdHeadDims[i]);
-    CHECK(ws.block_m % 64 == 0 && ws.n_warps == 4 * (1 + ws.block_m / 64),
-          fmt("sm90 ws tile of hdim %d: a producer and a consumer warpgroup per 64 rows", kFwdHeadDims[i]));
-    CHECK(ws.block_n > 0 && ws.block_n % 16 == 0, fmt("sm90 ws tile of hdim %d: block_n a multiple of 16", kFwdHeadDims[i]));
-    CHECK(fwd_sm90_ws_smem_bytes(ws, kFwdHeadDims[i]) + 1024 <= 228 * 1024,
-          fmt("sm90 ws tile of hdim %d: one CTA per SM", kFwdHeadDims[i]));
+    for (bool softcap : {false, true}) {
+      const FwdTileShape ws = fwd_sm90_ws_tile_shape(kFwdHeadDims[i], softcap);
+      const char* what = softcap ? "softcap's sm90 ws tile" : "sm90 ws tile";
+      CHECK(ws.block_m % 64 == 0 && ws.block_m / 64 >= 2 && ws.block_m / 64 <= 3 && ws.n_warps == 4 * (1 + ws.block_m / 64),
+            fmt("%s of hdim %d: a producer and two or three consumer warpgroups of 64 rows", what, kFwdHeadDims[i]));
+      CHECK(ws.block_n > 0 && ws.block_n % 16 == 0, fmt("%s of hdim %d: block_n a multiple of 16", what, kFwdHeadDims[i]));
+      CHECK(fwd_sm90_ws_smem_bytes(ws, kFwdHeadDims[i]) + 1024 <= 228 * 1024,
+            fmt("%s of hdim %d: one CTA per SM", what, kFwdHeadDims[i]));
+    }
   }
+  CHECK(fwd_sm90_ws_tile_shape(128, true).block_m == 192 && fwd_sm90_ws_tile_shape(128).block_m == 128 &&
+            fwd_sm90_ws_tile_shape(192, true).block_m == 128,
+        "softcap's fixed offset: three consumer warpgroups at head dim 128, two above");
   CHECK(fwd_sm90_warp_specialized(64) && fwd_sm90_warp_specialized(256) && !fwd_sm90_warp_specialized(32),
         "the warp-specialized kernel's head dims");
   CHECK(fwd_sm90_ws_only(256, Variant::kScoreMods) && fwd_sm90_ws_only(256, Variant::kDropout) &&
