@@ -94,10 +94,11 @@ constexpr int fwd_sm90_ctas_per_sm(int kernel_head_dim, Variant variant) {
 // 64 and 128 has three consumer warpgroups (192-row tiles; at 128 with 64-key steps, for S's
 // registers) at 160 registers each (15 and 47 spill stores, outside the key loop). A score's tanh
 // and exp2 take the MUFU unit as long as the MMAs take the tensor cores; with a third warpgroup one
-// more tile's softmax runs while the others' MMAs do. Session 31 (16k tokens, against plain in the
-// same run): hdim 128 causal 0.91-0.94 of plain against 0.86-0.87, non-causal 0.86-0.93 against
-// 0.87-0.88, a cap of 50 0.91-0.92 against 0.79-0.85; hdim 64 0.89-0.92 against 0.80-0.82. With
-// three, softcap + ALiBi, caps above 57.5, ALiBi and dropout were 2-4 % slower: they keep two.
+// more tile's softmax runs while the others' MMAs do. Session 31 (16k tokens, three calls, against
+// plain in the same run): hdim 128 causal 0.91-0.94 of plain against 0.86-0.88, non-causal
+// 0.86-0.93 against 0.83-0.88, a cap of 50 0.91-0.93 against 0.79-0.87; hdim 64 0.89-0.99 against
+// 0.80-0.84. With three, ALiBi and dropout were 2-4 % slower (session 30) and softcap's online loop
+// (ALiBi, larger caps) gained nothing: they keep two.
 constexpr bool fwd_sm90_warp_specialized(int kernel_head_dim) { return kernel_head_dim >= 64; }
 constexpr FwdTileShape fwd_sm90_ws_tile_shape(int kernel_head_dim, bool softcap_fixed_offset = false) {
   if (softcap_fixed_offset && (kernel_head_dim == 64 || kernel_head_dim == 128)) return {192, 128 * 64 / kernel_head_dim, 16};
