@@ -7,9 +7,9 @@ brackets the row's speed against the same tree's plain row of that causality (fe
 
   python scripts/ab_fwd.py --tree M=/tmp/M --tree A=/tmp/A --rounds 2 [--only h128] [--sdpa]
 
-Rows: 16k tokens (batch x seqlen), head dim 128 with 16 heads, 64 with 32; softcap 30 (50 and 60 on
-their own rows: the fixed-offset softmax's bound lies between them), ALiBi slopes rand(heads) x 0.1,
-dropout 0.1. --sdpa adds torch's FLASH_ATTENTION and CUDNN_ATTENTION backends on the plain rows
+Rows: 16k tokens (batch x seqlen), head dim 128 with 16 heads, 96 with 21, 64 with 32; softcap 30
+(50 and 60 on their own rows: the fixed-offset softmax's bound lies between them), ALiBi slopes
+rand(heads) x 0.1, dropout 0.1. --sdpa adds torch's FLASH_ATTENTION and CUDNN_ATTENTION backends on the plain rows
 (timed in the first tree's process). --backward times forward + backward instead (a gradient for q, k
 and v; the trees need the backward built).
 """
@@ -32,6 +32,10 @@ ROWS = {  # name: (head dim, causal, keyword arguments of flash_attn_func)
     "h128 full alibi": (128, False, {"alibi": True}),
     "h128 causal dropout": (128, True, {"dropout_p": 0.1}),
     "h128 full dropout": (128, False, {"dropout_p": 0.1}),
+    "h96 causal": (96, True, {}),
+    "h96 full": (96, False, {}),
+    "h96 causal softcap": (96, True, {"softcap": 30.0}),
+    "h96 full softcap": (96, False, {"softcap": 30.0}),
     "h64 causal": (64, True, {}),
     "h64 full": (64, False, {}),
     "h64 causal softcap": (64, True, {"softcap": 30.0}),

@@ -133,9 +133,10 @@ void test_tile_table() {
             fmt("%s of hdim %d: one CTA per SM", what, kFwdHeadDims[i]));
     }
   }
-  CHECK(fwd_sm90_ws_tile_shape(128, true).block_m == 192 && fwd_sm90_ws_tile_shape(128).block_m == 128 &&
+  CHECK(fwd_sm90_ws_tile_shape(128, true).block_m == 192 && fwd_sm90_ws_tile_shape(96, true).block_m == 192 &&
+            fwd_sm90_ws_tile_shape(64, true).block_m == 192 && fwd_sm90_ws_tile_shape(128).block_m == 128 &&
             fwd_sm90_ws_tile_shape(192, true).block_m == 128,
-        "softcap's fixed offset: three consumer warpgroups at head dim 128, two above");
+        "softcap's fixed offset: three consumer warpgroups at head dims 64 to 128, two above");
   CHECK(fwd_sm90_warp_specialized(64) && fwd_sm90_warp_specialized(256) && !fwd_sm90_warp_specialized(32),
         "the warp-specialized kernel's head dims");
   CHECK(fwd_sm90_ws_only(256, Variant::kScoreMods) && fwd_sm90_ws_only(256, Variant::kDropout) &&
