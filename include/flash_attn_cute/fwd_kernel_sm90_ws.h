@@ -246,9 +246,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
     const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
     const bool has_alibi = alibi_slope != 0.f;  // the tile's, warp-uniform: no bias work without a slope
-    const bool alibi_loop = kLoops == Sm90Loops::kPerTile
-                                ? sm90_alibi_loop<Is_softcap, Element>(has_alibi, params.softmax_scale_log2)
-                                : kLoops == Sm90Loops::kAlibi;
+    const bool alibi_loop = sm90_alibi_loop<Is_softcap, Element, kLoops>(has_alibi, params.softmax_scale_log2);
     const bool fixed_offset = kSoftcapFixedOffset && !alibi_loop;
     [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
     clear(tOrO);

@@ -62,18 +62,20 @@ __device__ __forceinline__ void fwd_mainloop(NBlockRange const& range, float sof
 template <bool Is_softcap, class Element>
 inline constexpr bool softcap_fixed_offset = Is_softcap && std::is_same_v<Element, cutlass::bfloat16_t>;
 
+// Whether bf16 softcap's fixed offset applies: no ALiBi slope and a cap that fits.
 FLASH_HOST_DEVICE bool fixed_offset_fits(bool has_alibi, float scale_log2) {
   return !has_alibi && BoundedScores::fits(scale_log2);
-}
-
-template <bool Is_softcap, class Element>
-__device__ __forceinline__ bool sm90_alibi_loop(bool has_alibi, float scale_log2) {
-  return has_alibi || (softcap_fixed_offset<Is_softcap, Element> && !fixed_offset_fits(false, scale_log2));
 }
 
 // The loops of fwd_walk_sm90 that a kernel holds: both, chosen per tile (alibi_loop), or one. The
 // warp-specialized forward's bf16 softcap has a kernel for each (run_fwd_sm90_ws).
 enum class Sm90Loops { kPerTile, kNoBias, kAlibi };
+
+template <bool Is_softcap, class Element, Sm90Loops kLoops = Sm90Loops::kPerTile>
+__device__ __forceinline__ bool sm90_alibi_loop(bool has_alibi, float scale_log2) {
+  if constexpr (kLoops != Sm90Loops::kPerTile) return kLoops == Sm90Loops::kAlibi;
+  return softcap_fixed_offset<Is_softcap, Element> ? !fixed_offset_fits(has_alibi, scale_log2) : has_alibi;
+}
 
 
 // fwd_walk for the Hopper forwards, whose softcap case is a kernel's (Is_softcap): step(n_block,
