@@ -382,6 +382,44 @@ def test_softcap_over_the_range_of_caps(head_dim, causal, seqlens, scores, softc
     _check(q, k, v, causal, out, lse, softcap=softcap)
 
 
+# ALiBi slopes of every size and sign: steep, none, negative (a row's farthest keys weigh most).
+SIGNED_SLOPES = [1.0, 0.25, 2.0 ** -5, 0.0, -0.01, -2.0 ** -7, 0.5, 2.0 ** -8]
+
+
+@pytest.mark.parametrize("softcap, scores", [(30.0, "random"), (57.0, "random"), (57.0, "all_near_minus_cap"),
+                                             (58.0, "random")], ids=str)
+@pytest.mark.parametrize("window", [(-1, -1), (100, 30)], ids=["nowindow", "window100-30"])
+@pytest.mark.parametrize("seqlens", [(333, 1023), (1023, 300), (1024, 1024)], ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 96, 128])
+def test_softcap_alibi_over_slopes_and_windows(head_dim, causal, seqlens, window, softcap, scores, hopper_kernel):
+    """bf16 softcap with ALiBi: up to a cap of 57.5 each row exponentiates with one fixed offset,
+    BoundedScores' plus the row's largest bias (FwdMask::alibi_max_bias: on the visible key nearest
+    the row's diagonal, or the farthest for a negative slope); a cap of 58 takes the online
+    softmax. Non-causal 1023 x 300: most rows' diagonals lie past the last key, so their nearest key
+    is hundreds of positions away (with the window, many rows see no key: O = 0, LSE = +inf)."""
+    _require_built(torch.bfloat16, head_dim, kernel_causal(causal, window), "mods")
+    ws = _require_kernel(hopper_kernel, head_dim)
+    torch.manual_seed(6)
+    (seqlen_q, seqlen_k), (nheads, nheads_k), d, bf16 = seqlens, (16, 4), head_dim, torch.bfloat16
+    batch = _batch_filling_sms(seqlen_q, nheads)
+    if scores == "random":
+        q = _randn(batch, seqlen_q, nheads, d, dtype=bf16, scale=3.0)
+        k = _randn(batch, seqlen_k, nheads_k, d, dtype=bf16)
+    else:  # every logit of a row near -cap, as in test_softcap_over_the_range_of_caps
+        u = _randn(1, 1, 1, d, dtype=torch.float32)
+        q = (-30.0 * u + 0.1 * _randn(batch, seqlen_q, nheads, d, dtype=torch.float32)).to(bf16)
+        k = (u + 0.1 * _randn(batch, seqlen_k, nheads_k, d, dtype=torch.float32)).to(bf16)
+    v = _randn(batch, seqlen_k, nheads_k, d, dtype=bf16)
+    slopes = torch.tensor(SIGNED_SLOPES * (nheads // len(SIGNED_SLOPES)), device="cuda")
+    slopes = slopes * (1.0 + torch.rand(batch, nheads, device="cuda"))  # (batch, heads)
+    mods = dict(window_size=window, softcap=softcap, alibi_slopes=slopes)
+    call = lambda: fac.fwd(q, k, v, causal=causal, **mods)  # noqa: E731
+    assert _takes_hopper_kernel(call, ws)
+    out, lse = call()
+    _check(q, k, v, causal, out, lse, **mods)
+
+
 @pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024)], ids=str)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", [64, 104, 128, 160, 192, 256])

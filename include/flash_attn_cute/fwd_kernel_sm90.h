@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
   const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
   const bool has_alibi = alibi_slope != 0.f;  // no bias work without a slope
   const bool alibi_loop = sm90_alibi_loop<Is_softcap, Element>(has_alibi, params.softmax_scale_log2);
-  if (kSoftcapFixedOffset && !alibi_loop) softmax.fix_offset(params.softmax_scale_log2);
+  if (kSoftcapFixedOffset && !alibi_loop) softmax.fix_offset(params.softmax_scale_log2, [](int) { return 0.f; });
   Tensor tOrO_rc = make_tensor(tOrO.data(), acc_layout_rowcol(tOrO.layout()));  // (rows, head_dim cols)
   Tensor tScS_blocks = make_tensor(tScS.data(), acc_layout_mma_blocks(tScS.layout()));  // ((2, 2), MMA_M, N / 8)
   [[maybe_unused]] DropoutRng dropout_rng(0, 0, 0);
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
                       auto with_alibi) __attribute__((always_inline)) {
     constexpr bool kSoftcap = decltype(with_softcap)::value;
     constexpr bool kBiasFirst = !kSoftcap && decltype(with_alibi)::value;
-    constexpr bool kFixedOffset = kSoftcapFixedOffset && !decltype(with_alibi)::value;
+    constexpr bool kFixedOffset = sm90_fixed_offset_step<kSoftcap, Element, Sm90Loops::kPerTile, decltype(with_alibi)::value>;
     Tensor tSrS = partition_fragment_C(tiled_mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
     if constexpr (kBiasFirst) {
       fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);

@@ -188,11 +188,9 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
   constexpr bool Is_dropout = kVariant == Variant::kDropout;
   using Element = typename Traits::Element;
   constexpr bool kSoftcapFixedOffset = softcap_fixed_offset<Is_softcap, Element>;
-  // Split softcap: the fixed-offset kernel (Traits::kFixedOffset) or the ALiBi loop's (run_fwd_sm90_ws).
-  constexpr Sm90Loops kLoops = Traits::kFixedOffset                                 ? Sm90Loops::kNoBias
-                               : Is_softcap && kFwdWsSoftcapSplit<Element, kVariant> ? Sm90Loops::kAlibi
-                                                                                     : Sm90Loops::kPerTile;
-  static_assert(!Traits::kFixedOffset || Is_softcap);
+  // Split softcap: each of its kernels holds one loop (Traits::kLoops, run_fwd_sm90_ws).
+  constexpr Sm90Loops kLoops = Traits::kLoops;
+  static_assert((kLoops != Sm90Loops::kPerTile) == (Is_softcap && kFwdWsSoftcapSplit<Element, kVariant>));
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
@@ -214,6 +212,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
   Tensor tOrVt = thr_mma_o.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stage)
   Tensor tOrO = partition_fragment_C(tiled_mma_o, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // (MMA, MMA_M, MMA_N)
   Tensor tScS = thr_mma_s.partition_C(make_identity_tensor(tile_mn));  // (MMA, MMA_M, MMA_N)
+  Tensor tScS_rc = make_tensor(tScS.data(), acc_layout_rowcol(tScS.layout()));  // (rows, cols) -> (m, n)
   CUTE_STATIC_ASSERT_V(size<2>(tSrQ) == size<2>(tSrK));              // Q K^T's k-slabs
   CUTE_STATIC_ASSERT_V(size<2>(tOrVt) * Int<16>{} == Int<kBlockN>{});  // P V's k-slabs: P's 16-key pairs
   // P of the last softmax, the A operand of the next turn's P V.
@@ -247,7 +246,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
     const bool has_alibi = alibi_slope != 0.f;  // the tile's, warp-uniform: no bias work without a slope
     const bool alibi_loop = sm90_alibi_loop<Is_softcap, Element, kLoops>(has_alibi, params.softmax_scale_log2);
-    const bool fixed_offset = kSoftcapFixedOffset && !alibi_loop;
+    const bool fixed_offset = kSoftcapFixedOffset && (!alibi_loop || kLoops == Sm90Loops::kAlibiFixedOffset);
     [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
     clear(tOrO);
 
@@ -256,12 +255,12 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     // exponentials run while P V does: only O's rescale waits for it. Use i of the rings holds this
     // block's K and V. The score mods as in fwd_kernel.h: without softcap, ALiBi (where the head has
     // a slope) is S's initial value and Q K^T accumulates onto it; softcap's tanh comes first, then
-    // the bias. kFixedOffset: bf16 softcap without ALiBi, whose softmax takes no max.
+    // the bias. kFixedOffset: bf16 softcap whose cap fits BoundedScores, whose softmax takes no max.
     auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap,
                         auto with_alibi) __attribute__((always_inline)) {
       constexpr bool kSoftcap = decltype(with_softcap)::value;
       constexpr bool kBiasFirst = !kSoftcap && decltype(with_alibi)::value;
-      constexpr bool kFixedOffset = kSoftcapFixedOffset && !decltype(with_alibi)::value;
+      constexpr bool kFixedOffset = sm90_fixed_offset_step<kSoftcap, Element, kLoops, decltype(with_alibi)::value>;
       constexpr bool kOverlap = Traits::kOverlapPV;
       Tensor tSrS = partition_fragment_C(tiled_mma_s, tile_mn);  // (MMA, MMA_M, MMA_N)
       if constexpr (kBiasFirst) {
@@ -317,7 +316,12 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
 
     const bool has_keys = range.n_block_max > range.n_block_min;
     if (has_keys) {
-      if (fixed_offset) softmax.fix_offset(params.softmax_scale_log2);
+      if (fixed_offset) {
+        softmax.fix_offset(params.softmax_scale_log2, [&](int mi) {
+          const int row = int(m_start) + get<0>(tScS_rc(mi, 0));
+          return kLoops == Sm90Loops::kAlibiFixedOffset ? mask.alibi_max_bias(row, alibi_slope) : 0.f;
+        });
+      }
       fwd_walk_sm90<Has_mods, Is_softcap, kLoops>(range, alibi_loop, fwd_step);
       // The tile's Q K^T are done. With O in shared memory of its own, the producer may now load
       // the next tile's Q, and then its K and V, during the last P V and the epilogue.
@@ -439,15 +443,20 @@ cudaError_t run_fwd_sm90_ws(FwdParams const& params, cudaStream_t stream) {
   using Traits = FwdKernelTraitsSm90Ws<kHeadDim, Element, kVariant>;
   if constexpr (kVariant != Variant::kPlain) {
     if (params.softcap > 0.f) {
-      // The fixed offset where no head has a slope and the cap fits, in a kernel of its own (its
-      // tile: tile_size.h); ALiBi and larger caps take the other kernel, the ALiBi loop alone.
+      // The fixed offset where the cap fits, without and with ALiBi, in kernels of their own (their
+      // tile: tile_size.h); larger caps take the ALiBi loop's online softmax.
       if constexpr (kFwdWsSoftcapSplit<Element, kVariant>) {
-        if (fixed_offset_fits(params.alibi_slopes != nullptr, params.softmax_scale_log2)) {
-          using FixedOffsetTraits = FwdKernelTraitsSm90Ws<kHeadDim, Element, kVariant, true>;
-          return launch_fwd_sm90_ws_kernel<FixedOffsetTraits, kIsCausal, kIsEvenK, kVariant, true>(params, stream);
-        }
+        auto launch = [&](auto loops) {
+          using SplitTraits = FwdKernelTraitsSm90Ws<kHeadDim, Element, kVariant, decltype(loops)::value>;
+          return launch_fwd_sm90_ws_kernel<SplitTraits, kIsCausal, kIsEvenK, kVariant, true>(params, stream);
+        };
+        using Loops = Sm90Loops;
+        if (!BoundedScores::fits(params.softmax_scale_log2)) return launch(cute::C<Loops::kAlibi>{});
+        if (params.alibi_slopes != nullptr) return launch(cute::C<Loops::kAlibiFixedOffset>{});
+        return launch(cute::C<Loops::kNoBias>{});
+      } else {
+        return launch_fwd_sm90_ws_kernel<Traits, kIsCausal, kIsEvenK, kVariant, true>(params, stream);
       }
-      return launch_fwd_sm90_ws_kernel<Traits, kIsCausal, kIsEvenK, kVariant, true>(params, stream);
     }
   }
   return launch_fwd_sm90_ws_kernel<Traits, kIsCausal, kIsEvenK, kVariant, false>(params, stream);

@@ -68,15 +68,25 @@ FLASH_HOST_DEVICE bool fixed_offset_fits(bool has_alibi, float scale_log2) {
 }
 
 // The loops of fwd_walk_sm90 that a kernel holds: both, chosen per tile (alibi_loop), or one. The
-// warp-specialized forward's bf16 softcap has a kernel for each (run_fwd_sm90_ws).
-enum class Sm90Loops { kPerTile, kNoBias, kAlibi };
+// warp-specialized forward's bf16 softcap has a kernel for each of the last three
+// (run_fwd_sm90_ws): the fixed offset without ALiBi, the fixed offset plus each row's largest
+// ALiBi bias (caps that fit, BoundedScores), and the ALiBi loop with the online softmax (larger
+// caps, with a slope of 0 where no head has one).
+enum class Sm90Loops { kPerTile, kNoBias, kAlibiFixedOffset, kAlibi };
+
+template <Sm90Loops kLoops>
+inline constexpr bool sm90_alibi_loop_only = kLoops == Sm90Loops::kAlibi || kLoops == Sm90Loops::kAlibiFixedOffset;
 
 template <bool Is_softcap, class Element, Sm90Loops kLoops = Sm90Loops::kPerTile>
 __device__ __forceinline__ bool sm90_alibi_loop(bool has_alibi, float scale_log2) {
-  if constexpr (kLoops != Sm90Loops::kPerTile) return kLoops == Sm90Loops::kAlibi;
+  if constexpr (kLoops != Sm90Loops::kPerTile) return sm90_alibi_loop_only<kLoops>;
   return softcap_fixed_offset<Is_softcap, Element> ? !fixed_offset_fits(has_alibi, scale_log2) : has_alibi;
 }
 
+// Whether a softcap step (kSoftcap) of loop kAlibi exponentiates with the fixed offset.
+template <bool kSoftcap, class Element, Sm90Loops kLoops, bool kAlibi>
+inline constexpr bool sm90_fixed_offset_step =
+    softcap_fixed_offset<kSoftcap, Element> && (!kAlibi || kLoops == Sm90Loops::kAlibiFixedOffset);
 
 // fwd_walk for the Hopper forwards, whose softcap case is a kernel's (Is_softcap): step(n_block,
 // is_masked, is_first, with_softcap, with_alibi), with_alibi (alibi_loop) where the head has an
@@ -88,12 +98,12 @@ template <bool Has_mods, bool Is_softcap, Sm90Loops kLoops = Sm90Loops::kPerTile
 __device__ __forceinline__ void fwd_walk_sm90(NBlockRange const& range, bool alibi_loop, Step&& step) {
   static_assert(Has_mods || kLoops == Sm90Loops::kPerTile);
   if constexpr (Has_mods && kLoops != Sm90Loops::kNoBias) {
-    if (kLoops == Sm90Loops::kAlibi || alibi_loop) {
+    if (sm90_alibi_loop_only<kLoops> || alibi_loop) {
       fwd_walk(range, step, cute::bool_constant<Is_softcap>{}, cute::true_type{});
       return;
     }
   }
-  if constexpr (kLoops != Sm90Loops::kAlibi) fwd_walk(range, step, cute::bool_constant<Is_softcap>{}, cute::false_type{});
+  if constexpr (!sm90_alibi_loop_only<kLoops>) fwd_walk(range, step, cute::bool_constant<Is_softcap>{}, cute::false_type{});
 }
 
 }  // namespace flash_attn_cute

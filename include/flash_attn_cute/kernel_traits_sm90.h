@@ -76,18 +76,20 @@ struct FwdKernelTraitsSm90 {
 
 // The warp-specialized Hopper forward (fwd_kernel_sm90_ws.h): warpgroup 0 loads, kConsumers
 // warpgroups compute, each on its own 64 query rows; K and V stream through kStages buffers each.
-// The score-mod variant's bf16 softcap takes two warp-specialized kernels (run_fwd_sm90_ws): one of
-// the fixed-offset loop alone (kFixedOffset_, with a tile of its own) and one of the ALiBi loop.
+// The score-mod variant's bf16 softcap takes three warp-specialized kernels (run_fwd_sm90_ws), each
+// of one loop (kLoops_): the fixed offset without and with ALiBi (with a tile of their own), and
+// the ALiBi loop's online softmax.
 template <typename Element, Variant kVariant>
 inline constexpr bool kFwdWsSoftcapSplit = kVariant == Variant::kScoreMods && softcap_fixed_offset<true, Element>;
 
-template <int kHeadDim_, typename Element_, Variant kVariant = Variant::kPlain, bool kFixedOffset_ = false>
+template <int kHeadDim_, typename Element_, Variant kVariant = Variant::kPlain, Sm90Loops kLoops_ = Sm90Loops::kPerTile>
 struct FwdKernelTraitsSm90Ws {
   using Element = Element_;
   using ElementAccum = float;
 
-  static constexpr bool kFixedOffset = kFixedOffset_;
-  static_assert(!kFixedOffset || kFwdWsSoftcapSplit<Element, kVariant>);
+  static constexpr Sm90Loops kLoops = kLoops_;
+  static constexpr bool kFixedOffset = kLoops == Sm90Loops::kNoBias || kLoops == Sm90Loops::kAlibiFixedOffset;
+  static_assert(kLoops == Sm90Loops::kPerTile || kFwdWsSoftcapSplit<Element, kVariant>);
   static constexpr FwdTileShape kTile = fwd_sm90_ws_tile_shape(kHeadDim_, kFixedOffset);
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kTile.block_m;

@@ -23,6 +23,20 @@ struct FwdMask {
            (window.left < 0 || col >= row + diag - window.left);
   }
 
+  // The largest ALiBi bias (alibi_bias's symmetric form times slope_scaled) on a key that row sees,
+  // 0 where it sees none. The bias falls linearly with the distance from the row's diagonal: its
+  // largest value sits on the visible key nearest the diagonal for a slope >= 0, the farthest for
+  // a negative one.
+  FLASH_HOST_DEVICE constexpr float alibi_max_bias(int row, float slope_scaled) const {
+    const int diag_col = row + seqlen_k - seqlen_q;
+    const int first = window.left < 0 || diag_col - window.left < 0 ? 0 : diag_col - window.left;
+    const int last = window.right < 0 || diag_col + window.right >= seqlen_k ? seqlen_k - 1 : diag_col + window.right;
+    if (last < first) return 0.f;
+    const int near = diag_col < first ? first - diag_col : diag_col > last ? diag_col - last : 0;
+    const int far = diag_col - first > last - diag_col ? diag_col - first : last - diag_col;
+    return -slope_scaled * float(slope_scaled >= 0.f ? near : far);
+  }
+
 #if defined(__CUDACC__)
   // tSrS: scores of one (kBlockM, kBlockN) MMA accumulator tile; tScS: the (row, col) of each score
   // inside the tile, partitioned the same way. Invisible scores become -inf. Row by row: the row's

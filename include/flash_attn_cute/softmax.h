@@ -54,7 +54,10 @@ FLASH_HOST_DEVICE float exp2_fma(float x) {
 // offset_log2(scale_log2), every term exp2(t * scale_log2 - offset) lies in [2^kLeastLog2,
 // 2^kMostLog2]. At the top, O's sums of n terms times V stay finite for n and |V| up to 2^24; at the
 // bottom, a term times a V entry down to 2^-40 stays a normal float. Only where P is bf16 (fp32's
-// exponent range): fp16 tops out at 2^16 and loses bits from 2^-14 down.
+// exponent range): fp16 tops out at 2^16 and loses bits from 2^-14 down. With ALiBi a score is t + b,
+// its bias b at most the row's largest one, b_max (FwdMask::alibi_max_bias), which some key of the
+// row carries: offset + b_max * scale_log2 bounds every term from above as before, and that key's
+// term from below, so the row's sum stays a normal float; terms far below it may flush to 0.
 struct BoundedScores {
   static constexpr float kMostLog2 = 80.f;
   static constexpr float kLeastLog2 = -86.f;
@@ -78,9 +81,13 @@ struct Softmax {
   }
 
   // Bounded scores (BoundedScores): the exponent's offset fixed for every tile, before the first;
-  // the steps then take kFixedOffset, which takes no max and never rescales O.
-  __device__ __forceinline__ void fix_offset(float scale_log2) {
-    fill(row_max, BoundedScores::offset_log2(scale_log2) / scale_log2);
+  // the steps then take kFixedOffset, which takes no max and never rescales O. row_bias(mi): the
+  // largest bias on row mi's scores (ALiBi's b_max), 0 without one.
+  template <class RowBias>
+  __device__ __forceinline__ void fix_offset(float scale_log2, RowBias&& row_bias) {
+    const float offset = BoundedScores::offset_log2(scale_log2) / scale_log2;
+#pragma unroll
+    for (int mi = 0; mi < kNRows; ++mi) row_max(mi) = offset + row_bias(mi);
   }
 
   // The max used as the exponent's offset. A row whose scores are all -inf so far (fully masked)

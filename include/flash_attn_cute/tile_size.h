@@ -90,16 +90,17 @@ constexpr int fwd_sm90_ctas_per_sm(int kernel_head_dim, Variant variant) {
 // With TMA loads (session 22, two runs each) hdim 64 pays from 512 keys: non-causal 512 298 against
 // 273, causal 1024 270-271 against 266; at 256 (causal 512) it is 6 % slower, 191 against 202-203.
 // With cp.async loads (varlen, seqused_k, caches, unaligned strides) hdim 64 keeps 1024.
-// bf16 softcap's fixed-offset kernel (softcap_fixed_offset: no ALiBi, caps up to 57.5) at head dims
-// 64 to 128 has three consumer warpgroups (192-row tiles; 64-key steps from 96 on, for S's
-// registers) at 160 registers each (15 to 47 spill stores, outside the key loop). A score's tanh and
-// exp2 take the MUFU unit as long as the MMAs take the tensor cores; with a third warpgroup one more
-// tile's softmax runs while the others' MMAs do. Session 31 (16k tokens, against plain in the same
-// run): hdim 128 causal 0.91-0.94 of plain against 0.86-0.88 (three calls), non-causal 0.86-0.93
-// against 0.83-0.88, a cap of 50 0.91-0.93 against 0.79-0.87; hdim 96 0.93-0.94 / 0.91-0.92 against
-// 0.86 / 0.85-0.86 (with 128-key steps 0.82-0.83 / 0.84-0.87: S spilled into the key loop); hdim 64
-// 0.89-0.99 against 0.80-0.84. With three, ALiBi and dropout were 2-4 % slower (session 30) and
-// softcap's online loop (ALiBi, larger caps) gained nothing: they keep two.
+// bf16 softcap's fixed-offset kernels (softcap_fixed_offset, caps up to 57.5; FwdKernelTraitsSm90Ws
+// says which pass softcap_fixed_offset here) at head dims 64 to 128 have three consumer warpgroups
+// (192-row tiles; 64-key steps from 96 on, for S's registers) at 160 registers each (15 to 47 spill
+// stores, outside the key loop). A score's tanh and exp2 take the MUFU unit as long as the MMAs
+// take the tensor cores; with a third warpgroup one more tile's softmax runs while the others' MMAs
+// do. Session 31 (16k tokens, against plain in the same run): hdim 128 causal 0.91-0.94 of plain
+// against 0.86-0.88 (three calls), non-causal 0.86-0.93 against 0.83-0.88, a cap of 50 0.91-0.93
+// against 0.79-0.87; hdim 96 0.93-0.94 / 0.91-0.92 against 0.86 / 0.85-0.86 (with 128-key steps
+// 0.82-0.83 / 0.84-0.87: S spilled into the key loop); hdim 64 0.89-0.99 against 0.80-0.84. With
+// three, ALiBi and dropout were 2-4 % slower (session 30) and softcap's online loop (ALiBi, larger
+// caps) gained nothing: they keep two.
 constexpr bool fwd_sm90_warp_specialized(int kernel_head_dim) { return kernel_head_dim >= 64; }
 constexpr FwdTileShape fwd_sm90_ws_tile_shape(int kernel_head_dim, bool softcap_fixed_offset = false) {
   if (softcap_fixed_offset && kernel_head_dim >= 64 && kernel_head_dim <= 128) return {192, kernel_head_dim == 64 ? 128 : 64, 16};

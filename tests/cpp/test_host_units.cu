@@ -1364,6 +1364,36 @@ void test_alibi_apply() {
   CHECK(bwd_err < 1e-6, fmt("backward S tile (hdim 128): apply_alibi off alibi_bias by %g (relative)", bwd_err));
 }
 
+// FwdMask::alibi_max_bias (mask.h) against the largest bias over the keys key_visible admits, for
+// rows before, inside and past the keys, every kind of window, slopes of both signs and 0.
+void test_alibi_max_bias() {
+  const Window windows[] = {{-1, -1}, {-1, 0}, {0, 0}, {3, -1}, {-1, 2}, {5, 7}, {0, 40}, {40, 0}, {100, 100}};
+  const float slopes[] = {1.f, 0.25f, 0.f, -0.5f, -3.f};
+  long bad = 0, cases = 0;
+  for (int sq : {1, 7, 40, 77}) {
+    for (int sk : {1, 9, 40, 64}) {
+      for (Window w : windows) {
+        const FwdMask mask{sq, sk, w};
+        for (int row = 0; row < sq; ++row) {
+          for (float slope : slopes) {
+            float want = 0.f;
+            bool any = false;
+            for (int col = 0; col < sk; ++col) {
+              if (!mask.key_visible(row, col)) continue;
+              const float b = slope * alibi_bias(row, col, sq, sk, false);
+              want = any ? std::max(want, b) : b;
+              any = true;
+            }
+            bad += mask.alibi_max_bias(row, slope) != want;
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  CHECK_EQ(bad, 0L, fmt("alibi_max_bias is the largest visible bias (%ld cases)", cases));
+}
+
 // exp2_fma (softmax.h) against exp2 in double over its domain: every 1/4096 of [-125, 127], each
 // side of the rounding points n + 1/2, and below -125 (2^-125 there, never 0 or garbage).
 void test_exp2_fma() {
@@ -1416,6 +1446,7 @@ const Case kCases[] = {
     {"mask", test_mask},
     {"mask_apply", test_mask_apply},
     {"alibi_apply", test_alibi_apply},
+    {"alibi_max_bias", test_alibi_max_bias},
     {"n_block_range", test_n_block_range},
     {"m_block_range", test_m_block_range},
     {"bwd_tile_table", test_bwd_tile_table},
