@@ -134,6 +134,32 @@ FLASH_HOST_DEVICE constexpr NBlockRange fwd_n_block_range(int m_block, int block
   return {n_block_min, n_block_max, n_block_max - n_full_right, n_full_left};
 }
 
+// The order a forward walks a row block's key blocks: from n_block_start up to n_block_max - 1,
+// then from n_block_start - 1 down to n_block_min. Started at the top (n_block_max - 1), the
+// top-down walk. With ALiBi a row's bias peaks at its diagonal key and falls on both sides of it,
+// so a walk started at the diagonal's block meets each row's largest biases first and no later
+// block raises a row's max by more than the online softmax passes without rescaling O (softmax.h's
+// lazy rescale); top-down, a non-causal row's max rose block after block down to its diagonal.
+struct KeyBlockWalk {
+  int n_block_min;
+  int n_block_max;
+  int n_block_start;
+
+  FLASH_HOST_DEVICE constexpr int steps() const { return n_block_max - n_block_min; }
+  FLASH_HOST_DEVICE constexpr int n_block(int step) const {
+    return step < n_block_max - n_block_start ? n_block_start + step : n_block_max - 1 - step;
+  }
+};
+
+// range walked top-down, or (peak_first) from the block of row first_row's diagonal, kept in range.
+FLASH_HOST_DEVICE constexpr KeyBlockWalk fwd_key_block_walk(NBlockRange const& range, bool peak_first = false,
+                                                            int first_row = 0, int block_n = 1, int seqlen_q = 0,
+                                                            int seqlen_k = 0) {
+  const int top = range.n_block_max - 1;
+  const int diag_block = max_int(range.n_block_min, min_int(top, floor_div(first_row + seqlen_k - seqlen_q, block_n)));
+  return {range.n_block_min, range.n_block_max, peak_first ? diag_block : top};
+}
+
 // Query row blocks that see at least one key of key block n_block (the backward's loop walks them
 // in bwd_walk_row_block's order). Blocks below m_block_min + n_masked_steps (the causal diagonal and right
 // window edge, or every block when the key block runs past seqlen_k) and blocks from

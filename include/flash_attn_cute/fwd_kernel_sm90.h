@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
     copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, tQgQ, tQsQ, tQcQ, rows_left, params.head_dim);
     load_kv(tKgK, tKsK, range.n_block_max - 1, cute::true_type{});
     cp_async_fence();
-    fwd_walk_sm90<Has_mods, Is_softcap>(range, alibi_loop, fwd_step);
+    fwd_walk_sm90<Has_mods, Is_softcap>(range, fwd_key_block_walk(range), alibi_loop, fwd_step);  // its loads: top-down
   }
   // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
   auto lse = softmax.finalize(tOrO_rc, params.softmax_scale, Is_dropout ? params.dropout.rp : 1.f);

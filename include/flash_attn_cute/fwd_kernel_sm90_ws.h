@@ -47,12 +47,21 @@ struct FwdWsBarriers {
 };
 static_assert(sizeof(FwdWsBarriers<kFwdSm90WsStages>) <= kFwdSm90WsBarrierBytes);
 
-// The producer: per tile, Q with the tile's index, then K(n) and V(n) for the key blocks from the
-// top down, the consumers' order. The rings run on across tiles, but a tile's K and V wait behind
+// The order of a tile's key blocks, the producer's and the consumers': with ALiBi, non-causal rows
+// start at their diagonal's block (KeyBlockWalk), else top-down.
+template <class Traits, bool Is_causal>
+__device__ __forceinline__ KeyBlockWalk fwd_ws_walk(FwdParams const& params, NBlockRange const& range, int m_block,
+                                                    BlockInfo const& binfo) {
+  const bool peak_first = Traits::kVariant != Variant::kPlain && !Is_causal && params.alibi_slopes != nullptr;
+  return fwd_key_block_walk(range, peak_first, m_block * Traits::kBlockM, Traits::kBlockN, binfo.seqlen_q,
+                            binfo.seqlen_k);
+}
+
+// The producer: per tile, Q with the tile's index, then K(n) and V(n) for the key blocks in the
+// consumers' order, fwd_ws_walk's. The rings run on across tiles, but a tile's K and V wait behind
 // its Q, which waits for the consumers to be done with the last tile's Q: after its last Q K^T
-// where O has shared memory of its own (up to head dim 128), else after its epilogue. Tiles past
-// a varlen sequence's end are skipped here; after the last tile, Q's buffer comes with the index
-// -1.
+// where O has shared memory of its own (up to head dim 128), else after its epilogue. Tiles past a
+// varlen sequence's end are skipped here; after the last tile, Q's buffer comes with the index -1.
 template <class Traits, bool Is_causal, bool Is_even_K>
 __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma<Traits> const& tma,
                                                FwdWsTileOrder const& tiles, Window window,
@@ -155,7 +164,9 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
         copy(tma_kv.with(ring.full_barrier(i)), cta_tma.partition_S(gKV), cta_tma.partition_D(sKV));
       }
     };
-    for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block, ++i) {
+    const KeyBlockWalk walk = fwd_ws_walk<Traits, Is_causal>(params, range, tile.m_block, binfo);
+    for (int step = 0; step < walk.steps(); ++step, ++i) {
+      const int n_block = walk.n_block(step);
       if (params.ws_tma) {
         load_tma(barriers.k, smem_k, tma.k, n_block);
         load_tma(barriers.v, smem_v, tma.v, n_block);
@@ -322,7 +333,8 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
           return kLoops == Sm90Loops::kAlibiFixedOffset ? mask.alibi_max_bias(row, alibi_slope) : 0.f;
         });
       }
-      fwd_walk_sm90<Has_mods, Is_softcap, kLoops>(range, alibi_loop, fwd_step);
+      fwd_walk_sm90<Has_mods, Is_softcap, kLoops>(range, fwd_ws_walk<Traits, Is_causal>(params, range, tile.m_block, binfo),
+                                                  alibi_loop, fwd_step);
       // The tile's Q K^T are done. With O in shared memory of its own, the producer may now load
       // the next tile's Q, and then its K and V, during the last P V and the epilogue.
       if constexpr (Traits::kSeparateO) barriers.q.release(q_use);

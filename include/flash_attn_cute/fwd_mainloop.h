@@ -24,12 +24,27 @@ __device__ __forceinline__ void fwd_score_mods(TensorS& tSrS, TensorC const& tSc
   if constexpr (kMasked) mask.apply(tSrS, tScS, row0, col0);
 }
 
-// Calls step(n_block, is_masked, is_first, cases...) for range's key blocks from the top down;
+// Calls step(n_block, is_masked, is_first, cases...) for range's key blocks in walk's order;
 // is_masked and the cases (passed through: with_softcap, ...) are cute::true_type / false_type. The
 // first step always runs masked (a no-op mask when its block is fully visible), so only the masked
 // step carries the Is_first softmax variant: one copy fewer of the loop body.
 template <class Step, class... Cases>
-__device__ __forceinline__ void fwd_walk(NBlockRange const& range, Step&& step, Cases... cases) {
+__device__ __forceinline__ void fwd_walk(NBlockRange const& range, KeyBlockWalk const& walk, Step&& step,
+                                         Cases... cases) {
+  for (int s = 0; s < walk.steps(); ++s) {
+    const int n_block = walk.n_block(s);
+    if (s == 0 || range.is_masked(n_block)) {
+      step(n_block, cute::true_type{}, s == 0, cases...);
+    } else {
+      step(n_block, cute::false_type{}, false, cases...);
+    }
+  }
+}
+
+// fwd_walk from the top down (fwd_key_block_walk(range)), for the SM80 kernel, whose loads run
+// one block ahead of the walk: the same order in a plain loop, n_block counting down.
+template <class Step, class... Cases>
+__device__ __forceinline__ void fwd_walk_top_down(NBlockRange const& range, Step&& step, Cases... cases) {
   for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
     const bool is_first = n_block == range.n_block_max - 1;
     if (is_first || range.is_masked(n_block)) {
@@ -40,19 +55,19 @@ __device__ __forceinline__ void fwd_walk(NBlockRange const& range, Step&& step, 
   }
 }
 
-// fwd_walk with one loop per softcap case when the variant has the score mods (Has_mods): ptxas
-// predicates a softcap checked in the step instead of branching over it, so every step would issue
-// a tanh per score, softcap or not.
+// fwd_walk_top_down with one loop per softcap case when the variant has the score mods (Has_mods):
+// ptxas predicates a softcap checked in the step instead of branching over it, so every step would
+// issue a tanh per score, softcap or not.
 template <bool Has_mods, class Step>
 __device__ __forceinline__ void fwd_mainloop(NBlockRange const& range, float softcap, Step&& step) {
   if constexpr (Has_mods) {
     if (softcap > 0.f) {
-      fwd_walk(range, step, cute::true_type{});
+      fwd_walk_top_down(range, step, cute::true_type{});
     } else {
-      fwd_walk(range, step, cute::false_type{});
+      fwd_walk_top_down(range, step, cute::false_type{});
     }
   } else {
-    fwd_walk(range, step, cute::false_type{});
+    fwd_walk_top_down(range, step, cute::false_type{});
   }
 }
 
@@ -95,15 +110,18 @@ inline constexpr bool sm90_fixed_offset_step =
 // exponentials (which then no longer interleave), and without softcap leave the MMA's scale of S
 // (the bias is its initial value) a run-time value: ptxas zeroes S before every Q K^T.
 template <bool Has_mods, bool Is_softcap, Sm90Loops kLoops = Sm90Loops::kPerTile, class Step>
-__device__ __forceinline__ void fwd_walk_sm90(NBlockRange const& range, bool alibi_loop, Step&& step) {
+__device__ __forceinline__ void fwd_walk_sm90(NBlockRange const& range, KeyBlockWalk const& walk, bool alibi_loop,
+                                              Step&& step) {
   static_assert(Has_mods || kLoops == Sm90Loops::kPerTile);
   if constexpr (Has_mods && kLoops != Sm90Loops::kNoBias) {
     if (sm90_alibi_loop_only<kLoops> || alibi_loop) {
-      fwd_walk(range, step, cute::bool_constant<Is_softcap>{}, cute::true_type{});
+      fwd_walk(range, walk, step, cute::bool_constant<Is_softcap>{}, cute::true_type{});
       return;
     }
   }
-  if constexpr (!sm90_alibi_loop_only<kLoops>) fwd_walk(range, step, cute::bool_constant<Is_softcap>{}, cute::false_type{});
+  if constexpr (!sm90_alibi_loop_only<kLoops>) {
+    fwd_walk(range, walk, step, cute::bool_constant<Is_softcap>{}, cute::false_type{});
+  }
 }
 
 }  // namespace flash_attn_cute

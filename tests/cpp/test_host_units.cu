@@ -1364,6 +1364,34 @@ void test_alibi_apply() {
   CHECK(bwd_err < 1e-6, fmt("backward S tile (hdim 128): apply_alibi off alibi_bias by %g (relative)", bwd_err));
 }
 
+// KeyBlockWalk (block_info.h): every block of the range once, from the start up, then down from
+// below it; top-down when started at the top; an ALiBi walk starts at the block of the first row's
+// diagonal, within the range.
+void test_key_block_walk() {
+  long bad = 0;
+  for (int lo = 0; lo < 5; ++lo) {
+    for (int hi = lo; hi < lo + 9; ++hi) {
+      for (int start = lo; start < std::max(hi, lo + 1); ++start) {
+        const KeyBlockWalk walk{lo, hi, start};
+        std::vector<int> order;
+        for (int s = 0; s < walk.steps(); ++s) order.push_back(walk.n_block(s));
+        std::vector<int> want;
+        for (int n = start; n < hi; ++n) want.push_back(n);
+        for (int n = start - 1; n >= lo; --n) want.push_back(n);
+        bad += hi > lo && order != want;
+        bad += hi == lo && !order.empty();
+      }
+    }
+  }
+  const NBlockRange range{2, 9, 1, 0};
+  bad += fwd_key_block_walk(range).n_block_start != 8;
+  bad += fwd_key_block_walk(range, true, 5 * 64, 128, 1000, 1000).n_block_start != 2;   // row 320: block 2
+  bad += fwd_key_block_walk(range, true, 7 * 128, 128, 1000, 1000).n_block_start != 7;  // row 896: block 7
+  bad += fwd_key_block_walk(range, true, 0, 128, 1000, 100).n_block_start != 2;         // diagonal before the range
+  bad += fwd_key_block_walk(range, true, 900, 128, 1000, 5000).n_block_start != 8;      // and past it
+  CHECK_EQ(bad, 0L, "KeyBlockWalk visits the range from its start up, then down");
+}
+
 // FwdMask::alibi_max_bias (mask.h) against the largest bias over the keys key_visible admits, for
 // rows before, inside and past the keys, every kind of window, slopes of both signs and 0.
 void test_alibi_max_bias() {
@@ -1448,6 +1476,7 @@ const Case kCases[] = {
     {"alibi_apply", test_alibi_apply},
     {"alibi_max_bias", test_alibi_max_bias},
     {"n_block_range", test_n_block_range},
+    {"key_block_walk", test_key_block_walk},
     {"m_block_range", test_m_block_range},
     {"bwd_tile_table", test_bwd_tile_table},
     {"dq_accum_offset", test_dq_accum_offset},
