@@ -52,6 +52,7 @@ def main(argv=None):
             ("causal + softcap + ALiBi", dict(causal=True, softcap=30.0, alibi_slopes=slopes), "causal"),
             ("non-causal + softcap 30", dict(softcap=30.0), "non-causal"),
             ("non-causal + ALiBi", dict(alibi_slopes=slopes), "non-causal"),
+            ("non-causal + softcap + ALiBi", dict(softcap=30.0, alibi_slopes=slopes), "non-causal"),
             ("causal + dropout 0.1", dict(causal=True, dropout_p=0.1), "causal"),
             ("non-causal + dropout 0.1", dict(dropout_p=0.1), "non-causal")]
     sdpa_rows = {"causal": (True, 0.0), "non-causal": (False, 0.0), "causal + dropout 0.1": (True, 0.1),
