@@ -136,7 +136,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
                       auto with_alibi) __attribute__((always_inline)) {
     constexpr bool kSoftcap = decltype(with_softcap)::value;
     constexpr bool kBiasFirst = !kSoftcap && decltype(with_alibi)::value;
-    constexpr bool kFixedOffset = sm90_fixed_offset_step<kSoftcap, Element, Sm90Loops::kPerTile, decltype(with_alibi)::value>;
+    constexpr bool kFixedOffset =
+        sm90_fixed_offset_step<kSoftcap, Element, Sm90Loops::kPerTile, decltype(with_alibi)::value>;
     Tensor tSrS = partition_fragment_C(tiled_mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
     if constexpr (kBiasFirst) {
       fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);

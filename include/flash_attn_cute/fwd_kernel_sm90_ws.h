@@ -333,8 +333,8 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
           return kLoops == Sm90Loops::kAlibiFixedOffset ? mask.alibi_max_bias(row, alibi_slope) : 0.f;
         });
       }
-      fwd_walk_sm90<Has_mods, Is_softcap, kLoops>(range, fwd_ws_walk<Traits, Is_causal>(params, range, tile.m_block, binfo),
-                                                  alibi_loop, fwd_step);
+      const KeyBlockWalk walk = fwd_ws_walk<Traits, Is_causal>(params, range, tile.m_block, binfo);
+      fwd_walk_sm90<Has_mods, Is_softcap, kLoops>(range, walk, alibi_loop, fwd_step);
       // The tile's Q K^T are done. With O in shared memory of its own, the producer may now load
       // the next tile's Q, and then its K and V, during the last P V and the epilogue.
       if constexpr (Traits::kSeparateO) barriers.q.release(q_use);

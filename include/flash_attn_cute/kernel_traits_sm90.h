@@ -82,7 +82,8 @@ struct FwdKernelTraitsSm90 {
 template <typename Element, Variant kVariant>
 inline constexpr bool kFwdWsSoftcapSplit = kVariant == Variant::kScoreMods && softcap_fixed_offset<true, Element>;
 
-template <int kHeadDim_, typename Element_, Variant kVariant_ = Variant::kPlain, Sm90Loops kLoops_ = Sm90Loops::kPerTile>
+template <int kHeadDim_, typename Element_, Variant kVariant_ = Variant::kPlain,
+          Sm90Loops kLoops_ = Sm90Loops::kPerTile>
 struct FwdKernelTraitsSm90Ws {
   using Element = Element_;
   using ElementAccum = float;
