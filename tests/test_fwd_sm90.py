@@ -11,7 +11,7 @@ import flash_attn_cute as fac
 from flash_attn_cute._ops import BUILT_FWD_SM90_KERNELS, kernel_causal, kernel_head_dim, kernel_variant
 from flash_attn_cute.reference import attention_ref, attention_varlen_ref
 
-from test_bwd import _check_grads
+from test_bwd import _check_grads, _varlen_case
 from test_dropout import _run_with_probs
 from test_fwd import DTYPES, _assert_close_rule, _assert_lse_close, _check, _randn
 
@@ -418,6 +418,36 @@ def test_softcap_alibi_over_slopes_and_windows(head_dim, causal, seqlens, window
     assert _takes_hopper_kernel(call, ws)
     out, lse = call()
     _check(q, k, v, causal, out, lse, **mods)
+
+
+@pytest.mark.parametrize("mods", ["alibi", "alibi_window", "softcap_alibi", "softcap60_alibi"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_warp_specialized_alibi_walk_varlen(head_dim, dtype, mods, monkeypatch):
+    """Non-causal ALiBi tiles walk their key blocks from their diagonal's block up, then down
+    (KeyBlockWalk), the producer's loads in the same order (cp.async: varlen): sequences whose
+    diagonals lie before, inside and past their keys, empty ones, slopes of both signs; softcap's
+    fixed-offset ALiBi loop (bf16, cap 30) and online one (fp16, or a cap of 60) too."""
+    _require_built(dtype, head_dim, False, "mods")
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
+    torch.manual_seed(7)
+    seqlens_q = [0, 17, 300, 513, 1, 1000, 700]
+    seqlens_k = [5, 0, 1000, 513, 77, 300, 700]
+    q, k, v, _, cu_q, cu_k = _varlen_case(dtype, head_dim, seqlens_q, seqlens_k, nheads=8, nheads_k=2)
+    slopes = torch.tensor(SIGNED_SLOPES, device="cuda") * (1.0 + torch.rand(len(seqlens_q), 8, device="cuda"))
+    kw = dict(alibi_slopes=slopes)
+    if "window" in mods:
+        kw.update(window_size=(200, 50))
+    if "softcap" in mods:
+        kw.update(softcap=60.0 if "60" in mods else 30.0)
+    call = lambda: fac.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(seqlens_q), max(seqlens_k),  # noqa: E731
+                                              return_attn_probs=True, **kw)
+    assert _takes_hopper_kernel(call, ws=True)
+    out, lse, _ = call()
+    ref, lse_ref = attention_varlen_ref(q, k, v, cu_q, cu_k, **kw)
+    ref_lowp, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, upcast=False, reorder_ops=True, **kw)
+    _assert_close_rule(out, ref, ref_lowp)
+    _assert_lse_close(lse, lse_ref)
 
 
 @pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024)], ids=str)
