@@ -211,15 +211,19 @@ __device__ __forceinline__ void for_each_dropout_word(DropoutWords<kMmaM, kMmaN>
   }
 }
 
-// Bytes 2h and 2h + 1 of a word widened to 16-bit lanes, plus 0x8000 - threshold each: a lane's bit
-// 15 is set exactly when its byte is >= threshold (dropped), with no carry between the lanes.
-__device__ __forceinline__ uint32_t dropped_lanes(uint32_t word, int h, uint32_t threshold) {
-  return byte_perm(word, h == 0 ? 0x4140u : 0x4342u) + (0x8000u - threshold) * 0x10001u;
+// Bytes 2h and 2h + 1 of a word as two 16-bit lanes, each 0xFFFF where its entry is kept (the byte
+// is below the threshold), else 0. Widened to 16 bits, a byte and the threshold (up to 256) are
+// positive fp16 subnormals, which compare as the integers do (set without .ftz).
+__device__ __forceinline__ uint32_t kept_lanes(uint32_t word, int h, uint32_t threshold) {
+  uint32_t lanes;
+  asm("set.lt.u32.f16x2 %0, %1, %2;" : "=r"(lanes) : "r"(byte_perm(word, h == 0 ? 0x4140u : 0x4342u)),
+      "r"(threshold * 0x10001u));
+  return lanes;
 }
 
 // Forward: the dropped entries of P (16-bit elements, the S fragment's layout) become 0; the row
 // sums already hold them, and O is scaled by 1 / (1 - p) at the end. Entries v = 0, 1 of a block
-// share one 32-bit register, as do v = 2, 3: prmt's sign mode spreads each lane's bit 15 over the lane.
+// share one 32-bit register, as do v = 2, 3: each register is masked by its two lanes.
 template <class Frag, class Words>
 __device__ __forceinline__ void zero_dropped(Frag& x, Words const& words, uint32_t threshold) {
   static_assert(sizeof(typename Frag::value_type) == 2);
@@ -228,7 +232,7 @@ __device__ __forceinline__ void zero_dropped(Frag& x, Words const& words, uint32
   for_each_dropout_word(words, [&](int m, int n, uint32_t word) {
     uint32_t* pairs = reinterpret_cast<uint32_t*>(&x(0, m, n));
 #pragma unroll
-    for (int h = 0; h < 2; ++h) pairs[h] &= ~byte_perm(dropped_lanes(word, h, threshold), 0xBB99u);
+    for (int h = 0; h < 2; ++h) pairs[h] &= kept_lanes(word, h, threshold);
   });
 }
 
@@ -237,6 +241,14 @@ template <class Frag, class Coords>
 __device__ __forceinline__ void zero_dropped(Frag& x, DropoutRng const& rng, Coords const& tScS, uint32_t bh, int row0,
                                              int col0) {
   zero_dropped(x, draw_dropout_words(rng, tScS, bh, row0, col0), rng.threshold);
+}
+
+// Bytes 2h and 2h + 1 of a word widened to 16-bit lanes, plus 0x8000 - threshold each: a lane's bit
+// 15 is set exactly when its byte is >= threshold (dropped), with no carry between the lanes. The
+// backward's form: its constant stays in a uniform register, where kept_lanes' threshold takes a
+// register of every thread, and the backward's step spilled with it (session 33).
+__device__ __forceinline__ uint32_t dropped_lanes(uint32_t word, int h, uint32_t threshold) {
+  return byte_perm(word, h == 0 ? 0x4140u : 0x4342u) + (0x8000u - threshold) * 0x10001u;
 }
 
 // Backward: P = -P at the dropped entries of an fp32 fragment of S's shape ((2, 2), MMA_M, MMA_N).
