@@ -198,7 +198,6 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
   constexpr bool Has_mods = kVariant != Variant::kPlain;
   constexpr bool Is_dropout = kVariant == Variant::kDropout;
   using Element = typename Traits::Element;
-  constexpr bool kSoftcapFixedOffset = softcap_fixed_offset<Is_softcap, Element>;
   // Split softcap: each of its kernels holds one loop (Traits::kLoops, run_fwd_sm90_ws).
   constexpr Sm90Loops kLoops = Traits::kLoops;
   static_assert((kLoops != Sm90Loops::kPerTile) == (Is_softcap && kFwdWsSoftcapSplit<Element, kVariant>));
@@ -257,7 +256,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
     const bool has_alibi = alibi_slope != 0.f;  // the tile's, warp-uniform: no bias work without a slope
     const bool alibi_loop = sm90_alibi_loop<Is_softcap, Element, kLoops>(has_alibi, params.softmax_scale_log2);
-    const bool fixed_offset = kSoftcapFixedOffset && (!alibi_loop || kLoops == Sm90Loops::kAlibiFixedOffset);
+    const bool fixed_offset = sm90_fixes_offset<Is_softcap, Element, kLoops>(alibi_loop);
     [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
     clear(tOrO);
 

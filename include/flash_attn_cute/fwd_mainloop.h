@@ -103,6 +103,14 @@ template <bool kSoftcap, class Element, Sm90Loops kLoops, bool kAlibi>
 inline constexpr bool sm90_fixed_offset_step =
     softcap_fixed_offset<kSoftcap, Element> && (!kAlibi || kLoops == Sm90Loops::kAlibiFixedOffset);
 
+// Whether a tile whose walk takes loop alibi_loop (sm90_alibi_loop) fixes softcap's offset before it
+// (Softmax::fix_offset): exactly when that loop's softcap steps are sm90_fixed_offset_step's.
+template <bool Is_softcap, class Element, Sm90Loops kLoops = Sm90Loops::kPerTile>
+__device__ __forceinline__ bool sm90_fixes_offset(bool alibi_loop) {
+  return alibi_loop ? sm90_fixed_offset_step<Is_softcap, Element, kLoops, true>
+                    : sm90_fixed_offset_step<Is_softcap, Element, kLoops, false>;
+}
+
 // fwd_walk for the Hopper forwards, whose softcap case is a kernel's (Is_softcap): step(n_block,
 // is_masked, is_first, with_softcap, with_alibi), with_alibi (alibi_loop) where the head has an
 // ALiBi slope, or where a bf16 cap is too large for softcap's fixed-offset loop, in a loop of its
