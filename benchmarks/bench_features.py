@@ -1,15 +1,18 @@
 #!/usr/bin/env python
 """What the FA2 features cost: sliding window, softcap, ALiBi and dropout against the same shape without them.
 
-Rows (bf16, hdim 128, batch * seqlen = 16k tokens, 16 heads): plain causal and non-causal, a
-sliding window (1024, 0), softcap 30, ALiBi, softcap + ALiBi, dropout 0.1; forward and forward +
-backward milliseconds (triton do_bench median), the ratio against the plain kernel of the same
-shape, and the plain and dropout rows' ratio against torch SDPA's FLASH_ATTENTION (FA2, with the
-same dropout_p) in the same run. SDPA has no
-window, softcap or ALiBi in FA2, so the window row is compared with full causal attention (the issue's
-bar: window 1024 at seqlen 16k about 16x faster). Examples:
+Rows (bf16, hdim 128, batch * seqlen = 16k tokens, 16 heads): plain causal and non-causal,
+sliding windows (1024, 0) and (512, 512), softcap 30, ALiBi, softcap + ALiBi, dropout 0.1; forward
+and forward + backward milliseconds (triton do_bench median), the ratio against the plain kernel of
+the same shape, and the plain and dropout rows' ratio against torch SDPA's FLASH_ATTENTION (FA2) and
+CUDNN_ATTENTION backends (with the same dropout_p) in the same run. Every row is timed once per
+round, the rounds interleaved, and each time is the median over the rounds: one do_bench median
+alone can read 10 % slow when the GPU's clocks dip. SDPA has no window, softcap or ALiBi in FA2, so
+the window rows are compared with our own full attention: (1024, 0) with causal (a row sees 1025
+keys against 8k on average: at most 8x faster), (512, 512) with non-causal (1025 keys against 16k:
+at most 16x; the issue's bar: window 1024 at seqlen 16k about 16x faster than full attention). Examples:
   python benchmarks/bench_features.py --out benchmarks/results/h200_features
-  python benchmarks/bench_features.py --seqlens 16384
+  python benchmarks/bench_features.py --seqlens 16384 --rounds 5
 """
 import argparse
 import sys
@@ -37,9 +40,32 @@ def run_row(fac, q, k, v, dout, mode, **kw):
     return bench(fwd_bwd)
 
 
+def sdpa_times(q, k, v, dout, causal, dropout_p):
+    """(fwd, fwd+bwd) ms of torch SDPA's FA2 and cuDNN backends, None where a backend refuses the call."""
+    qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
+    dout_t = dout.transpose(1, 2)
+
+    def sdpa():
+        return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, dropout_p=dropout_p)
+    out = {}
+    for label, backend in (("FA2", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
+        with sdpa_kernel(backend):
+            try:
+                out[label] = (bench(sdpa), bench(lambda: torch.autograd.grad(sdpa(), (qt, kt, vt), dout_t)))
+            except RuntimeError:
+                out[label] = None
+    return out
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else 0.5 * (xs[len(xs) // 2 - 1] + xs[len(xs) // 2])
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seqlens", default="4096,16384")
+    p.add_argument("--rounds", type=int, default=3, help="timings per row, interleaved; the median is reported")
     p.add_argument("--out", metavar="PREFIX", help="write <PREFIX>.md")
     args = p.parse_args(argv)
     import flash_attn_cute as fac
@@ -47,6 +73,7 @@ def main(argv=None):
     slopes = torch.rand(NHEADS, device="cuda") * 0.1
     rows = [("causal", dict(causal=True), None), ("non-causal", dict(), None),
             ("window (1024, 0)", dict(window_size=(1024, 0)), "causal"),
+            ("window (512, 512)", dict(window_size=(512, 512)), "non-causal"),
             ("causal + softcap 30", dict(causal=True, softcap=30.0), "causal"),
             ("causal + ALiBi", dict(causal=True, alibi_slopes=slopes), "causal"),
             ("causal + softcap + ALiBi", dict(causal=True, softcap=30.0, alibi_slopes=slopes), "causal"),
@@ -58,39 +85,44 @@ def main(argv=None):
     sdpa_rows = {"causal": (True, 0.0), "non-causal": (False, 0.0), "causal + dropout 0.1": (True, 0.1),
                  "non-causal + dropout 0.1": (False, 0.1)}
     lines = [f"# Feature costs ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {torch.cuda.get_device_name()})", "",
-             f"bf16, hdim {HDIM}, {NHEADS} heads, batch * seqlen = {TOKENS}. 'vs base' is the plain kernel's time "
-             "over this row's (> 1: faster); 'vs FA2' compares with torch SDPA FLASH_ATTENTION on the same shape (plain and dropout rows).", "",
-             "| seqlen | row | fwd ms | fwd vs base | fwd+bwd ms | fwd+bwd vs base | vs FA2 (fwd, fwd+bwd) |",
-             "|---|---|---|---|---|---|---|"]
+             f"bf16, hdim {HDIM}, {NHEADS} heads, batch * seqlen = {TOKENS}; medians over {args.rounds} interleaved "
+             "rounds. 'vs base' is the plain kernel's time over this row's (> 1: faster); 'vs FA2' and 'vs cuDNN' "
+             "compare with torch SDPA's FLASH_ATTENTION and CUDNN_ATTENTION backends on the same shape (plain and "
+             "dropout rows; '-' where the backend refused the call).", "",
+             "| seqlen | row | fwd ms | fwd vs base | fwd+bwd ms | fwd+bwd vs base | vs FA2 (fwd, fwd+bwd) "
+             "| vs cuDNN (fwd, fwd+bwd) |",
+             "|---|---|---|---|---|---|---|---|"]
     for seqlen in [int(s) for s in args.seqlens.split(",")]:
         batch = max(1, TOKENS // seqlen)
         q, k, v = (torch.randn(batch, seqlen, NHEADS, HDIM, device="cuda", dtype=torch.bfloat16).requires_grad_()
                    for _ in range(3))
         dout = torch.randn_like(q)
-        times = {}
-        for name, kw, base in rows:
-            times[name] = (run_row(fac, q, k, v, dout, "fwd", **kw), run_row(fac, q, k, v, dout, "fwd_bwd", **kw))
-        qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
-        fa2 = {}
-        for name, (causal, p_drop) in sdpa_rows.items():
-            def sdpa():
-                return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, dropout_p=p_drop)
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                t_fwd = bench(sdpa)
-                t_fb = bench(lambda: torch.autograd.grad(sdpa(), (qt, kt, vt), dout.transpose(1, 2)))
-            fa2[name] = (t_fwd / times[name][0], t_fb / times[name][1])
+        runs = {name: [] for name, _, _ in rows}
+        sdpa_runs = {name: [] for name in sdpa_rows}
+        for _ in range(args.rounds):
+            for name, kw, base in rows:
+                runs[name].append((run_row(fac, q, k, v, dout, "fwd", **kw),
+                                   run_row(fac, q, k, v, dout, "fwd_bwd", **kw)))
+            for name, (causal, p_drop) in sdpa_rows.items():
+                sdpa_runs[name].append(sdpa_times(q, k, v, dout, causal, p_drop))
+        times = {name: tuple(median([r[i] for r in rs]) for i in range(2)) for name, rs in runs.items()}
+
+        def vs_sdpa(name, label):
+            per_round = [r[label] for r in sdpa_runs.get(name, []) if r[label] is not None]
+            if not per_round:
+                return "-"
+            return ", ".join(f"{median([r[i] for r in per_round]) / times[name][i]:.2f}" for i in range(2))
         for name, kw, base in rows:
             f, fb = times[name]
             vs = "-" if base is None else f"{times[base][0] / f:.2f}"
             vs_fb = "-" if base is None else f"{times[base][1] / fb:.2f}"
-            fa = f"{fa2[name][0]:.2f}, {fa2[name][1]:.2f}" if name in fa2 else "-"
-            lines.append(f"| {seqlen} | {name} | {f:.3f} | {vs} | {fb:.3f} | {vs_fb} | {fa} |")
+            lines.append(f"| {seqlen} | {name} | {f:.3f} | {vs} | {fb:.3f} | {vs_fb} | {vs_sdpa(name, 'FA2')} "
+                         f"| {vs_sdpa(name, 'cuDNN')} |")
             print(lines[-1], flush=True)
     print("\n".join(lines))
     if args.out:
         with open(args.out + ".md", "w") as fh:
             fh.write("\n".join(lines) + "\n")
-
 
 if __name__ == "__main__":
     sys.exit(main())
