@@ -63,6 +63,12 @@ KINDS = {
     "bwd_sm90": ("bwd_kernel_sm90.h", "Bwd", "the Hopper backward instantiations"),
 }
 BWD_SM90_HEAD_DIMS = (64, 128)
+# Groups split into a non-causal and a causal file (source_name's "_causal"): the Hopper score-mod
+# forward's instantiations each hold the three-CTA kernel, the warp-specialized one and bf16
+# softcap's three one-loop kernels, which made its files the build's longest (hdim 128 bf16: 175 s
+# on the 16-core H200 machine, session 33), and a dev build of one head dim and dtype (185 s) waited
+# on it alone.
+SPLIT_BY_CAUSAL = {("fwd_sm90", "mods")}
 
 def _env_list(name, default):
     raw = os.environ.get(name, "").replace(";", ",").strip()
@@ -110,9 +116,11 @@ def instances(dtypes, hdims, variants=tuple(VARIANTS)):
     return [(d, h, c, e, v) for d in dtypes for h in hdims for c in CAUSAL for e in EVEN_K for v in variants]
 
 
-def source_name(pass_, dtype, hdim, variant="plain"):
-    """The generated file of a group: e.g. fwd_bf16_hdim128.cu, bwd_fp16_hdim64_dropout.cu."""
-    return f"{pass_}_{dtype}_hdim{hdim}" + ("" if variant == "plain" else f"_{variant}")
+def source_name(pass_, dtype, hdim, variant="plain", causal=False):
+    """The generated file of a group: e.g. fwd_bf16_hdim128.cu, bwd_fp16_hdim64_dropout.cu,
+    fwd_sm90_bf16_hdim128_mods_causal.cu (SPLIT_BY_CAUSAL)."""
+    name = f"{pass_}_{dtype}_hdim{hdim}" + ("" if variant == "plain" else f"_{variant}")
+    return name + ("_causal" if causal and (pass_, variant) in SPLIT_BY_CAUSAL else "")
 
 
 def source_text(kind, group):
@@ -133,11 +141,12 @@ def _write_if_changed(path, text):
 
 
 def _write_kind(kind, built):
-    """Writes one file per (dtype, head dim, variant) group of `built` (source_name) and the X-macro
+    """Writes one file per (dtype, head dim, variant[, causal]) group of `built` (source_name) and the X-macro
     header listing them all; returns the files."""
     groups = {}
     for dtype, hdim, causal, even_k, variant in built:
-        groups.setdefault(source_name(kind, dtype, hdim, variant), []).append((dtype, hdim, causal, even_k, variant))
+        groups.setdefault(source_name(kind, dtype, hdim, variant, causal), []).append(
+            (dtype, hdim, causal, even_k, variant))
     paths = []
     for name, group in groups.items():
         path = GENERATED / (name + ".cu")

@@ -54,7 +54,7 @@ def test_prebuilt_key_tracks_included_headers(features, tmp_path, monkeypatch):
 @pytest.mark.parametrize("dropout", ["1", "0"])
 def test_generated_sources_hold_each_listed_instantiation_once(features, tmp_path, monkeypatch, dropout):
     """Every instantiation the dispatchers list (<pass>_instances.h) is compiled by exactly one generated
-    file, one file per (pass, dtype, head dim, variant)."""
+    file, one file per (pass, dtype, head dim, variant) (the Hopper score-mod forward's two)."""
     monkeypatch.setattr(features, "GENERATED", tmp_path)
     for name in ("FLASH_ATTN_CUTE_PASSES", "FLASH_ATTN_CUTE_SCORE_MODS", "FLASH_ATTN_CUTE_ARCHS"):
         monkeypatch.delenv(name, raising=False)
@@ -80,12 +80,18 @@ def test_generated_sources_hold_each_listed_instantiation_once(features, tmp_pat
         assert len(set(compiled)) == len(compiled) == 2 * 2 * 4 * variants
         assert sorted(compiled) == sorted(listed)
         assert ("kDropout" in {v for *_, v in compiled}) == (dropout == "1")
-    # The Hopper forward (default archs include 90): one file per (dtype, head dim, variant), every
-    # variant at every head dim (at 256 the score-mod and dropout files hold the warp-specialized
-    # kernel only: tile_size.h's fwd_sm90_ws_only).
-    assert len(sm90) == 2 * 2 * variants
-    compiled = [m for src in sm90
-                for m in re.findall(r"run_fwd_sm90<DType::(\w+), (\d+), (\w+), (\w+), Variant::(\w+)>", src.read_text())]
+    # The Hopper forward (default archs include 90): one file per (dtype, head dim, variant), the
+    # score-mod one split into a non-causal and a causal file (SPLIT_BY_CAUSAL), every variant at
+    # every head dim (at 256 the score-mod and dropout files hold the warp-specialized kernel only:
+    # tile_size.h's fwd_sm90_ws_only).
+    assert len(sm90) == 2 * 2 * (variants + 1)
+    per_file = {src.name: re.findall(r"run_fwd_sm90<DType::(\w+), (\d+), (\w+), (\w+), Variant::(\w+)>",
+                                     src.read_text()) for src in sm90}
+    for name, found in per_file.items():
+        if "_mods" in name:  # two instantiations, all causal in the "_causal" file and none in the other
+            assert {c for _, _, c, _, _ in found} == {"true" if name.endswith("_causal.cu") else "false"}, name
+        assert len(found) == (2 if "_mods" in name else 4), name
+    compiled = [m for found in per_file.values() for m in found]
     listed = re.findall(r"X\((\w+), (\d+), (\w+), (\w+), (\w+)\)", (tmp_path / "fwd_sm90_instances.h").read_text())
     assert len(set(compiled)) == len(compiled) == 2 * 2 * 4 * variants and sorted(compiled) == sorted(listed)
     assert "kScoreMods" in {v for _, h, _, _, v in compiled if int(h) == 256}
