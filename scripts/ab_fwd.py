@@ -7,11 +7,12 @@ brackets the row's speed against the same tree's plain row of that causality (fe
 
   python scripts/ab_fwd.py --tree M=/tmp/M --tree A=/tmp/A --rounds 2 [--only h128] [--sdpa]
 
-Rows: 16k tokens (batch x seqlen), head dim 128 with 16 heads, 96 with 21, 64 with 32; softcap 30
-(50 and 60 on their own rows: the fixed-offset softmax's bound lies between them), ALiBi slopes
-rand(heads) x 0.1, dropout 0.1. --sdpa adds torch's FLASH_ATTENTION and CUDNN_ATTENTION backends on the plain rows
-(timed in the first tree's process). --backward times forward + backward instead (a gradient for q, k
-and v; the trees need the backward built).
+Rows: 16k tokens (batch x seqlen; seqlen 16k but on the 1k / 2k rows), head dim 128 with 16 heads,
+96 with 21, 64 with 32; softcap 30 (50 and 60 on their own rows: the fixed-offset softmax's bound
+lies between them), ALiBi slopes rand(heads) x 0.1, dropout 0.1, windows (1024, 0) and (512, 512)
+(against full attention: how many times faster). --sdpa adds torch's FLASH_ATTENTION and
+CUDNN_ATTENTION backends on the plain rows (timed in the first tree's process). --backward times
+forward + backward instead (a gradient for q, k and v; the trees need the backward built).
 """
 import argparse
 import json
@@ -35,6 +36,12 @@ ROWS = {  # name: (head dim, causal, keyword arguments of flash_attn_func)
     "h128 full alibi": (128, False, {"alibi": True}),
     "h128 causal dropout": (128, True, {"dropout_p": 0.1}),
     "h128 full dropout": (128, False, {"dropout_p": 0.1}),
+    "h128 full window1024": (128, False, {"window_size": (1024, 0)}),
+    "h128 full window512+512": (128, False, {"window_size": (512, 512)}),
+    "h128 causal 1k": (128, True, {"seqlen": 1024}),
+    "h128 full 1k": (128, False, {"seqlen": 1024}),
+    "h128 causal 2k": (128, True, {"seqlen": 2048}),
+    "h128 full 2k": (128, False, {"seqlen": 2048}),
     "h96 causal": (96, True, {}),
     "h96 full": (96, False, {}),
     "h96 causal softcap": (96, True, {"softcap": 30.0}),
@@ -48,8 +55,10 @@ ROWS = {  # name: (head dim, causal, keyword arguments of flash_attn_func)
 
 
 def plain_row(name):
-    hdim, causal, _ = ROWS[name]
-    return f"h{hdim} {'causal' if causal else 'full'}"
+    """The row without features of the same head dim, causality and sequence length."""
+    hdim, causal, kw = ROWS[name]
+    return next(r for r, (h, c, k) in ROWS.items()
+                if h == hdim and c == causal and k == ({"seqlen": kw["seqlen"]} if "seqlen" in kw else {}))
 
 
 def worker(tree, rows, sdpa, backward):
@@ -65,11 +74,12 @@ def worker(tree, rows, sdpa, backward):
     for name in rows:
         hdim, causal, kw = ROWS[name]
         heads = 2048 // hdim
-        q, k, v = (torch.randn(1, SEQLEN, heads, hdim, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
-                   for _ in range(3))
+        kw = dict(kw)
+        seqlen = kw.pop("seqlen", SEQLEN)
+        q, k, v = (torch.randn(SEQLEN // seqlen, seqlen, heads, hdim, device="cuda", dtype=torch.bfloat16,
+                               requires_grad=backward) for _ in range(3))
         dout = torch.randn_like(q)
         run = (lambda out: torch.autograd.grad(out, (q, k, v), dout)) if backward else (lambda out: out)  # noqa: E731
-        kw = dict(kw)
         if kw.pop("alibi", False):
             kw["alibi_slopes"] = torch.rand(heads, device="cuda") * 0.1
         fn = lambda: run(fac.flash_attn_func(q, k, v, causal=causal, **kw))  # noqa: E731
