@@ -52,7 +52,8 @@ def sdpa_times(q, k, v, dout, causal, dropout_p):
         with sdpa_kernel(backend):
             try:
                 out[label] = (bench(sdpa), bench(lambda: torch.autograd.grad(sdpa(), (qt, kt, vt), dout_t)))
-            except RuntimeError:
+            except RuntimeError as e:  # the backend refused the call (e.g. cuDNN with dropout)
+                print(f"SDPA {label} (causal={causal}, dropout_p={dropout_p}): {e}", file=sys.stderr)
                 out[label] = None
     return out
 
@@ -68,6 +69,8 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=3, help="timings per row, interleaved; the median is reported")
     p.add_argument("--out", metavar="PREFIX", help="write <PREFIX>.md")
     args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     import flash_attn_cute as fac
 
     slopes = torch.rand(NHEADS, device="cuda") * 0.1
@@ -100,7 +103,7 @@ def main(argv=None):
         runs = {name: [] for name, _, _ in rows}
         sdpa_runs = {name: [] for name in sdpa_rows}
         for _ in range(args.rounds):
-            for name, kw, base in rows:
+            for name, kw, _ in rows:
                 runs[name].append((run_row(fac, q, k, v, dout, "fwd", **kw),
                                    run_row(fac, q, k, v, dout, "fwd_bwd", **kw)))
             for name, (causal, p_drop) in sdpa_rows.items():
@@ -123,6 +126,7 @@ def main(argv=None):
     if args.out:
         with open(args.out + ".md", "w") as fh:
             fh.write("\n".join(lines) + "\n")
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -184,8 +184,9 @@ def generate():
     return sources
 
 
-# Memory one nvcc job may take: a kernel file of four instantiations peaks at 4.5 GB (the score-mod
-# forward at head dim 128), most stay near 2 GB (16 jobs on the H200 machine: 27 GB at most).
+# Memory one nvcc job may take: a kernel file of four instantiations peaked at 4.5 GB (the Hopper
+# score-mod forward at head dim 128, before SPLIT_BY_CAUSAL halved it), most stay near 2 GB (16
+# jobs on the H200 machine: 27 GB at most).
 JOB_MEMORY_BYTES = 4 << 30
 
 

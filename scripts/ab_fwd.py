@@ -21,7 +21,7 @@ import subprocess
 import sys
 
 SEQLEN = 16384
-ROWS = {  # name: (head dim, causal, keyword arguments of flash_attn_func)
+ROWS = {  # name: (head dim, causal, keyword arguments of flash_attn_func; "seqlen": the sequence length)
     "h128 causal": (128, True, {}),
     "h128 full": (128, False, {}),
     "h128 causal softcap": (128, True, {"softcap": 30.0}),
@@ -57,8 +57,11 @@ ROWS = {  # name: (head dim, causal, keyword arguments of flash_attn_func)
 def plain_row(name):
     """The row without features of the same head dim, causality and sequence length."""
     hdim, causal, kw = ROWS[name]
-    return next(r for r, (h, c, k) in ROWS.items()
-                if h == hdim and c == causal and k == ({"seqlen": kw["seqlen"]} if "seqlen" in kw else {}))
+    plain = {"seqlen": kw["seqlen"]} if "seqlen" in kw else {}
+    found = [r for r, (h, c, k) in ROWS.items() if h == hdim and c == causal and k == plain]
+    if not found:
+        sys.exit(f"row {name!r} has no plain row of its head dim, causality and sequence length")
+    return found[0]
 
 
 def worker(tree, rows, sdpa, backward):

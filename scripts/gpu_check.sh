@@ -50,7 +50,7 @@ if [ "${DECODE_BENCH:-0}" = 1 ]; then
 fi
 if [ "${FEATURES_BENCH:-0}" = 1 ]; then
   timeout -k 5 -s INT "${BENCH_TIMEOUT:-600}" python3 benchmarks/bench_features.py --out "$OUT/extra/features" \
-    ${FEATURES_ARGS:-} 2>>"$OUT/errors.log" | tail -25
+    ${FEATURES_ARGS:-} 2>>"$OUT/errors.log" | tail -30
 fi
 if [ "${EXAMPLE:-0}" = 1 ]; then
   python3 examples/train_gpt.py --out "$OUT/extra/train_gpt" 2>&1 | tee "$OUT/extra/train_gpt.log" | tail -16

@@ -213,7 +213,7 @@ __device__ __forceinline__ void for_each_dropout_word(DropoutWords<kMmaM, kMmaN>
 
 // Bytes 2h and 2h + 1 of a word as two 16-bit lanes, each 0xFFFF where its entry is kept (the byte
 // is below the threshold), else 0. Widened to 16 bits, a byte and the threshold (up to 256) are
-// positive fp16 subnormals, which compare as the integers do (set without .ftz).
+// fp16 zeros or positive subnormals, which compare as the integers do (set without .ftz).
 __device__ __forceinline__ uint32_t kept_lanes(uint32_t word, int h, uint32_t threshold) {
   uint32_t lanes;
   asm("set.lt.u32.f16x2 %0, %1, %2;" : "=r"(lanes) : "r"(byte_perm(word, h == 0 ? 0x4140u : 0x4342u)),

@@ -119,7 +119,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
   const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
   const bool has_alibi = alibi_slope != 0.f;  // no bias work without a slope
   const bool alibi_loop = sm90_alibi_loop<Is_softcap, Element>(has_alibi, params.softmax_scale_log2);
-  if (sm90_fixes_offset<Is_softcap, Element>(alibi_loop)) softmax.fix_offset(params.softmax_scale_log2, [](int) { return 0.f; });
+  if (sm90_fixes_offset<Is_softcap, Element>(alibi_loop)) {
+    softmax.fix_offset(params.softmax_scale_log2, [](int) { return 0.f; });
+  }
   Tensor tOrO_rc = make_tensor(tOrO.data(), acc_layout_rowcol(tOrO.layout()));  // (rows, head_dim cols)
   Tensor tScS_blocks = make_tensor(tScS.data(), acc_layout_mma_blocks(tScS.layout()));  // ((2, 2), MMA_M, N / 8)
   [[maybe_unused]] DropoutRng dropout_rng(0, 0, 0);
