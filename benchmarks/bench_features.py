@@ -17,6 +17,7 @@ at most 16x; the issue's bar: window 1024 at seqlen 16k about 16x faster than fu
 import argparse
 import sys
 from datetime import datetime, timezone
+from statistics import median
 
 import torch
 import torch.nn.functional as F
@@ -56,11 +57,6 @@ def sdpa_times(q, k, v, dout, causal, dropout_p):
                 print(f"SDPA {label} (causal={causal}, dropout_p={dropout_p}): {e}", file=sys.stderr)
                 out[label] = None
     return out
-
-
-def median(xs):
-    xs = sorted(xs)
-    return xs[len(xs) // 2] if len(xs) % 2 else 0.5 * (xs[len(xs) // 2 - 1] + xs[len(xs) // 2])
 
 
 def main(argv=None):
