@@ -7,7 +7,9 @@ and forward + backward milliseconds (triton do_bench median), the ratio against 
 the same shape, and the plain and dropout rows' ratio against torch SDPA's FLASH_ATTENTION (FA2) and
 CUDNN_ATTENTION backends (with the same dropout_p) in the same run. Every row is timed once per
 round, the rounds interleaved, and each time is the median over the rounds: one do_bench median
-alone can read 10 % slow when the GPU's clocks dip. SDPA has no window, softcap or ALiBi in FA2, so
+alone can read 10 % slow when the GPU's clocks dip. Each timing starts after --cooldown seconds
+idle: at the board's power limit a kernel's clock depends on the load just before it (session 34:
+the plain causal forward read 2.0 ms right after the dropout rows and 1.82 ms after 2 s idle). SDPA has no window, softcap or ALiBi in FA2, so
 the window rows are compared with our own full attention: (1024, 0) with causal (a row sees 1025
 keys against 8k on average: at most 8x faster), (512, 512) with non-causal (1025 keys against 16k:
 at most 16x; the issue's bar: window 1024 at seqlen 16k about 16x faster than full attention). Examples:
@@ -16,6 +18,7 @@ at most 16x; the issue's bar: window 1024 at seqlen 16k about 16x faster than fu
 """
 import argparse
 import sys
+import time
 from datetime import datetime, timezone
 from statistics import median
 
@@ -26,22 +29,25 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 HDIM, NHEADS, TOKENS = 128, 16, 16384
 
 
-def bench(fn):
+def bench(fn, cooldown):
+    """do_bench's median after cooldown seconds idle."""
     import triton.testing
+    torch.cuda.synchronize()
+    time.sleep(cooldown)
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def run_row(fac, q, k, v, dout, mode, **kw):
+def run_row(fac, q, k, v, dout, mode, cooldown, **kw):
     if mode == "fwd":
-        return bench(lambda: fac.flash_attn_func(q, k, v, **kw))
+        return bench(lambda: fac.flash_attn_func(q, k, v, **kw), cooldown)
 
     def fwd_bwd():
         out = fac.flash_attn_func(q, k, v, **kw)
         torch.autograd.grad(out, (q, k, v), dout)
-    return bench(fwd_bwd)
+    return bench(fwd_bwd, cooldown)
 
 
-def sdpa_times(q, k, v, dout, causal, dropout_p):
+def sdpa_times(q, k, v, dout, causal, dropout_p, cooldown):
     """(fwd, fwd+bwd) ms of torch SDPA's FA2 and cuDNN backends, None where a backend refuses the call."""
     qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
     dout_t = dout.transpose(1, 2)
@@ -52,7 +58,8 @@ def sdpa_times(q, k, v, dout, causal, dropout_p):
     for label, backend in (("FA2", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
         with sdpa_kernel(backend):
             try:
-                out[label] = (bench(sdpa), bench(lambda: torch.autograd.grad(sdpa(), (qt, kt, vt), dout_t)))
+                out[label] = (bench(sdpa, cooldown),
+                              bench(lambda: torch.autograd.grad(sdpa(), (qt, kt, vt), dout_t), cooldown))
             except RuntimeError as e:  # the backend refused the call (e.g. cuDNN with dropout)
                 print(f"SDPA {label} (causal={causal}, dropout_p={dropout_p}): {e}", file=sys.stderr)
                 out[label] = None
@@ -64,9 +71,14 @@ def main(argv=None):
     p.add_argument("--seqlens", default="4096,16384")
     p.add_argument("--rounds", type=int, default=3, help="timings per row, interleaved; the median is reported")
     p.add_argument("--out", metavar="PREFIX", help="write <PREFIX>.md")
+    p.add_argument("--cooldown", type=float, default=1.0,
+                   help="seconds idle before each timing (default %(default)s): at the board's power limit a "
+                        "kernel's clock depends on the load just before it")
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
+    if args.cooldown < 0:
+        p.error("--cooldown must not be negative")
     import flash_attn_cute as fac
 
     slopes = torch.rand(NHEADS, device="cuda") * 0.1
@@ -85,7 +97,8 @@ def main(argv=None):
                  "non-causal + dropout 0.1": (False, 0.1)}
     lines = [f"# Feature costs ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {torch.cuda.get_device_name()})", "",
              f"bf16, hdim {HDIM}, {NHEADS} heads, batch * seqlen = {TOKENS}; medians over {args.rounds} interleaved "
-             "rounds. 'vs base' is the plain kernel's time over this row's (> 1: faster); 'vs FA2' and 'vs cuDNN' "
+             f"rounds, each timing after {args.cooldown:g} s idle. 'vs base' is the plain kernel's time over this "
+             "row's (> 1: faster); 'vs FA2' and 'vs cuDNN' "
              "compare with torch SDPA's FLASH_ATTENTION and CUDNN_ATTENTION backends on the same shape (plain and "
              "dropout rows; '-' where the backend refused the call).", "",
              "| seqlen | row | fwd ms | fwd vs base | fwd+bwd ms | fwd+bwd vs base | vs FA2 (fwd, fwd+bwd) "
@@ -100,10 +113,10 @@ def main(argv=None):
         sdpa_runs = {name: [] for name in sdpa_rows}
         for _ in range(args.rounds):
             for name, kw, _ in rows:
-                runs[name].append((run_row(fac, q, k, v, dout, "fwd", **kw),
-                                   run_row(fac, q, k, v, dout, "fwd_bwd", **kw)))
+                runs[name].append((run_row(fac, q, k, v, dout, "fwd", args.cooldown, **kw),
+                                   run_row(fac, q, k, v, dout, "fwd_bwd", args.cooldown, **kw)))
             for name, (causal, p_drop) in sdpa_rows.items():
-                sdpa_runs[name].append(sdpa_times(q, k, v, dout, causal, p_drop))
+                sdpa_runs[name].append(sdpa_times(q, k, v, dout, causal, p_drop, args.cooldown))
         times = {name: tuple(median([r[i] for r in rs]) for i in range(2)) for name, rs in runs.items()}
 
         def vs_sdpa(name, label):

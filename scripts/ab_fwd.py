@@ -13,12 +13,16 @@ lies between them), ALiBi slopes rand(heads) x 0.1, dropout 0.1, windows (1024, 
 (against full attention: how many times faster). --sdpa adds torch's FLASH_ATTENTION and
 CUDNN_ATTENTION backends on the plain rows (timed in the first tree's process). --backward times
 forward + backward instead (a gradient for q, k and v; the trees need the backward built).
+--cooldown (seconds, default 1) idles the GPU before each timing: at the board's power limit a row's
+clock depends on the load just before it (session 34: without it the plain causal row read 2.0 ms
+after the dropout rows, 1.82 ms after 2 s idle, and dropout's cost looked 8 % smaller).
 """
 import argparse
 import json
 import os
 import subprocess
 import sys
+import time
 
 SEQLEN = 16384
 ROWS = {  # name: (head dim, causal, keyword arguments of flash_attn_func; "seqlen": the sequence length)
@@ -64,7 +68,7 @@ def plain_row(name):
     return found[0]
 
 
-def worker(tree, rows, sdpa, backward):
+def worker(tree, rows, sdpa, backward, cooldown):
     sys.path.insert(0, tree)
     import torch
     import triton.testing
@@ -86,6 +90,8 @@ def worker(tree, rows, sdpa, backward):
         if kw.pop("alibi", False):
             kw["alibi_slopes"] = torch.rand(heads, device="cuda") * 0.1
         fn = lambda: run(fac.flash_attn_func(q, k, v, causal=causal, **kw))  # noqa: E731
+        torch.cuda.synchronize()
+        time.sleep(cooldown)
         times[name] = triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
         if sdpa and not kw:
             from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -94,6 +100,8 @@ def worker(tree, rows, sdpa, backward):
                 with sdpa_kernel(backend):
                     sdpa = lambda: run(torch.nn.functional.scaled_dot_product_attention(  # noqa: E731
                         qt, kt, vt, is_causal=causal).transpose(1, 2))
+                    torch.cuda.synchronize()
+                    time.sleep(cooldown)
                     times[f"{name} [{label}]"] = triton.testing.do_bench(sdpa, warmup=25, rep=200, return_mode="median")
     print(json.dumps(times))
 
@@ -105,11 +113,14 @@ def main():
     parser.add_argument("--only", default="", help="comma-separated prefixes of the rows to time")
     parser.add_argument("--sdpa", action="store_true")
     parser.add_argument("--backward", action="store_true", help="time forward + backward")
+    parser.add_argument("--cooldown", type=float, default=1.0,
+                        help="seconds idle before each row: at the board's power limit a row's clock depends on the "
+                             "load before it")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--rows", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.rows.split(","), args.sdpa, args.backward)
+        worker(args.worker, args.rows.split(","), args.sdpa, args.backward, args.cooldown)
         return
     prefixes = [p for p in args.only.split(",") if p]
     rows = [r for r in ROWS if not prefixes or any(r.startswith(p) for p in prefixes)]
@@ -125,6 +136,7 @@ def main():
                 cmd.append("--sdpa")
             if args.backward:
                 cmd.append("--backward")
+            cmd += ["--cooldown", str(args.cooldown)]
             out = subprocess.run(cmd, capture_output=True, text=True)
             if out.returncode != 0:
                 sys.exit(f"tree {name} round {r} failed:\n{out.stderr[-3000:]}")
