@@ -15,9 +15,10 @@ using namespace cute;
 // sO may alias Q's shared memory: the caller guarantees no thread still reads the rows of Q that
 // this thread's part of sO overlaps (every warp done with Q, or, in the warp-specialized kernel,
 // each consumer done with its own rows).
-// sync: the barrier of the threads that share sO (store_tile_via_smem).
-template <class Traits, bool Is_even_K, class TensorO, class TensorLse, class TensorGO, class TensorSO, class TensorGLse,
-          class Sync = SyncThreads>
+// sync: the barrier of the threads that share sO, or with kRowGroups of each group of rows
+// (store_tile_via_smem).
+template <class Traits, bool Is_even_K, int kRowGroups = 1, class TensorO, class TensorLse, class TensorGO,
+          class TensorSO, class TensorGLse, class Sync = SyncThreads>
 __device__ __forceinline__ void write_o(TensorO const& tOrO, TensorLse const& lse, TensorGO& gO, TensorSO& sO,
                                         TensorGLse& gLSE, int rows_left, int head_dim, int tidx, Sync sync = {}) {
   using Element = typename Traits::Element;
@@ -34,7 +35,7 @@ __device__ __forceinline__ void write_o(TensorO const& tOrO, TensorLse const& ls
       if (row < rows_left) gLSE(row) = lse(mi);
     }
   }
-  store_tile_via_smem<typename Traits::SmemCopyAtomO, typename Traits::GmemTiledCopyO, Is_even_K>(
+  store_tile_via_smem<typename Traits::SmemCopyAtomO, typename Traits::GmemTiledCopyO, Is_even_K, kRowGroups>(
       tiled_mma, convert_type<Element>(tOrO), sO, gO, rows_left, head_dim, tidx, sync);
 }
 

@@ -31,11 +31,12 @@ namespace flash_attn_cute {
 
 using namespace cute;
 
-// Named barriers: one per consumer for its turn, one for all consumers, one for the producer.
+// Named barriers: one per consumer for its turn, one for the producer, one per consumer for its
+// epilogue (each consumer stores its own rows of O: none waits for another's).
 inline constexpr int kMaxConsumers = 3;
 inline constexpr int kTurnBarrier = 1;  // + consumer index
-inline constexpr int kConsumersBarrier = kTurnBarrier + kMaxConsumers;
-inline constexpr int kProducerBarrier = kConsumersBarrier + 1;
+inline constexpr int kProducerBarrier = kTurnBarrier + kMaxConsumers;
+inline constexpr int kEpilogueBarrier = kProducerBarrier + 1;  // + consumer index
 
 template <int kStages>
 struct FwdWsBarriers {
@@ -204,14 +205,13 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
-  constexpr int kConsumerThreads = Traits::kNConsumerThreads;
   Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});    // (kBlockM, kHeadDim)
   Tensor sK = make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});   // (kBlockN, kHeadDim, stage)
   Tensor sVt = make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVt{});  // (kHeadDim, kBlockN, stage)
   Tensor sO = make_tensor(make_smem_ptr(smem_o), typename Traits::SmemLayoutO{});    // (kBlockM, kHeadDim)
   const int tidx = threadIdx.x - Traits::kNProducerThreads;
   const int consumer = tidx / 128;
-  auto sync_consumers = [] { named_barrier_sync(kConsumersBarrier, kConsumerThreads); };
+  auto sync_epilogue = [&] { named_barrier_sync(kEpilogueBarrier + consumer, 128); };
   typename Traits::TiledMmaS tiled_mma_s;
   typename Traits::TiledMma tiled_mma_o;
   auto thr_mma_s = tiled_mma_s.get_thread_slice(tidx);
@@ -353,21 +353,22 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       }
     }
     if constexpr (Traits::kSeparateO) {
-      sync_consumers();  // every consumer is done reading the last tile's O from sO
+      sync_epilogue();  // this consumer is done reading its rows of the last tile's O from sO
     }  // else a consumer's rows of sO are its rows of sQ, which only its own (finished) MMAs read
     Tensor gO = gmem_row_tile<kBlockM, kHeadDim>(binfo.q_head<Element>(params.o, bidb, bidh), params.o.row_stride,
                                                  m_start);  // (kBlockM, kHeadDim)
     Tensor gLSE = make_tensor(make_gmem_ptr(params.softmax_lse_ptr + binfo.lse_offset(params, bidb, bidh) + m_start),
                               Shape<Int<kBlockM>>{});  // (kBlockM)
-    write_o<Traits, Is_even_K>(tOrO, lse, gO, sO, gLSE, rows_left, params.head_dim, tidx, sync_consumers);
+    write_o<Traits, Is_even_K, Traits::kConsumers>(tOrO, lse, gO, sO, gLSE, rows_left, params.head_dim, tidx,
+                                                   sync_epilogue);
     if constexpr (Is_dropout) {
       if (params.o_residual.ptr != nullptr) {
         Tensor gOres = gmem_row_tile<kBlockM, kHeadDim>(binfo.q_head<Element>(params.o_residual, bidb, bidh),
                                                         params.o_residual.row_stride, m_start);  // (kBlockM, kHeadDim)
-        sync_consumers();  // every consumer is done reading O from sO
-        store_tile_via_smem<typename Traits::SmemCopyAtomO, typename Traits::GmemTiledCopyO, Is_even_K>(
-            tiled_mma_o, rounding_residual<Element>(tOrO), sO, gOres, rows_left, params.head_dim, tidx,
-            sync_consumers);
+        sync_epilogue();  // this consumer is done reading its rows of O from sO
+        store_tile_via_smem<typename Traits::SmemCopyAtomO, typename Traits::GmemTiledCopyO, Is_even_K,
+                            Traits::kConsumers>(tiled_mma_o, rounding_residual<Element>(tOrO), sO, gOres, rows_left,
+                                                params.head_dim, tidx, sync_epilogue);
       }
     }
     // This thread is done reading sO (Q's buffer): the producer may load the next Q. Where O is

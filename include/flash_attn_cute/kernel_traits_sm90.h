@@ -149,7 +149,7 @@ struct FwdKernelTraitsSm90Ws {
   static_assert(kSmemQBytes % 1024 == 0 && kSmemKVBytes % (1024 * kStages) == 0, "swizzle atoms start 1024-byte aligned");
 
   using GmemTiledCopyQKV = typename GmemCopies<Element, kNProducerThreads, kHeadDim>::TiledCopyAsyncZfill;
-  using GmemTiledCopyO = typename GmemCopies<Element, kNConsumerThreads, kHeadDim>::TiledCopyStore;
+  using GmemTiledCopyO = typename GmemCopies<Element, 128, kHeadDim>::TiledCopyStore;  // one consumer's rows
   static constexpr int kProducerRowsPerPass = kNProducerThreads / GmemCopies<Element, kNProducerThreads, kHeadDim>::kThreadsPerRow;
   static_assert(kBlockM % kProducerRowsPerPass == 0 && kBlockN % kProducerRowsPerPass == 0,
                 "the producer's copies cover whole Q and K / V tiles");

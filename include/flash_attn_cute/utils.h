@@ -226,8 +226,11 @@ struct SyncThreads {
 // into sTile through the tiled copy C of SmemCopyAtom, a barrier, then out in GmemTiledCopy's
 // 16-byte vectors, predicated on rows (rows_left) and, unless Is_even_K, columns (head_dim). sTile
 // must be free (the caller has synchronised); it is still being read when this returns.
-template <class SmemCopyAtom, class GmemTiledCopy, bool Is_even_K, class TiledMma, class TensorR, class TensorS,
-          class TensorG, class Sync = SyncThreads>
+// kRowGroups > 1: the tile's rows are that many equal groups, each the rows of tiled_mma's threads
+// tidx / size(GmemTiledCopy) (the warp-specialized forward's consumers), which store their own
+// group alone: sync need only be the group's barrier.
+template <class SmemCopyAtom, class GmemTiledCopy, bool Is_even_K, int kRowGroups = 1, class TiledMma, class TensorR,
+          class TensorS, class TensorG, class Sync = SyncThreads>
 __device__ __forceinline__ void store_tile_via_smem(TiledMma const& tiled_mma, TensorR const& rTile, TensorS& sTile,
                                                     TensorG& gTile, int rows_left, int head_dim, int tidx,
                                                     Sync sync = {}) {
@@ -235,14 +238,22 @@ __device__ __forceinline__ void store_tile_via_smem(TiledMma const& tiled_mma, T
   auto smem_thr_copy = smem_tiled_copy.get_thread_slice(tidx);
   copy(smem_tiled_copy, smem_thr_copy.retile_S(rTile), smem_thr_copy.partition_D(sTile));
   sync();
+  constexpr int kGroupThreads = decltype(size(GmemTiledCopy{}))::value;
+  constexpr int kGroupRows = decltype(size<0>(sTile))::value / kRowGroups;
+  const int group = kRowGroups == 1 ? 0 : tidx / kGroupThreads;
+  auto group_rows = [&](auto& tile) {  // (kGroupRows, cols)
+    return local_tile(tile, make_shape(Int<kGroupRows>{}, size<1>(tile)), make_coord(group, _0{}));
+  };
+  Tensor sRows = group_rows(sTile);
   GmemTiledCopy gmem_tiled_copy;
-  auto gmem_thr_copy = gmem_tiled_copy.get_thread_slice(tidx);
-  Tensor tTsT = gmem_thr_copy.partition_S(sTile);                                   // (CPY, CPY_ROW, CPY_K)
+  auto gmem_thr_copy = gmem_tiled_copy.get_thread_slice(kRowGroups == 1 ? tidx : tidx % kGroupThreads);
+  Tensor tTsT = gmem_thr_copy.partition_S(sRows);                                   // (CPY, CPY_ROW, CPY_K)
   Tensor tTcT = gmem_thr_copy.partition_D(
-      make_identity_tensor(make_shape(size<0>(sTile), size<1>(sTile))));  // (CPY, CPY_ROW, CPY_K) -> (row, k)
+      make_identity_tensor(make_shape(size<0>(sRows), size<1>(sRows))));  // (CPY, CPY_ROW, CPY_K) -> (row, k)
   Tensor tTrT = make_fragment_like(tTsT);
   copy(gmem_tiled_copy, tTsT, tTrT);
-  copy_in_bounds<!Is_even_K>(gmem_tiled_copy, tTrT, gmem_thr_copy.partition_D(gTile), tTcT, rows_left, head_dim);
+  copy_in_bounds<!Is_even_K>(gmem_tiled_copy, tTrT, gmem_thr_copy.partition_D(group_rows(gTile)), tTcT,
+                             rows_left - group * kGroupRows, head_dim);
 }
 
 }  // namespace flash_attn_cute
