@@ -9,10 +9,11 @@ CUDNN_ATTENTION backends (with the same dropout_p) in the same run. Every row is
 round, the rounds interleaved, and each time is the median over the rounds: one do_bench median
 alone can read 10 % slow when the GPU's clocks dip. Each timing starts after --cooldown seconds
 idle: at the board's power limit a kernel's clock depends on the load just before it (session 34:
-the plain causal forward read 2.0 ms right after the dropout rows and 1.82 ms after 2 s idle). SDPA has no window, softcap or ALiBi in FA2, so
-the window rows are compared with our own full attention: (1024, 0) with causal (a row sees 1025
-keys against 8k on average: at most 8x faster), (512, 512) with non-causal (1025 keys against 16k:
-at most 16x; the issue's bar: window 1024 at seqlen 16k about 16x faster than full attention). Examples:
+the plain causal forward read 2.0 ms right after the dropout rows and 1.82 ms after 2 s idle).
+SDPA has no window, softcap or ALiBi in FA2, so the window rows are compared with our own full
+attention: (1024, 0) with causal (a row sees 1025 keys against 8k on average: at most 8x faster),
+(512, 512) with non-causal (1025 keys against 16k: at most 16x; the issue's bar: window 1024 at
+seqlen 16k about 16x faster than full attention). Examples:
   python benchmarks/bench_features.py --out benchmarks/results/h200_features
   python benchmarks/bench_features.py --seqlens 16384 --rounds 5
 """

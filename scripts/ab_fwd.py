@@ -78,6 +78,12 @@ def worker(tree, rows, sdpa, backward, cooldown):
     assert fac.__file__.startswith(os.path.abspath(tree)), fac.__file__
     torch.manual_seed(0)
     times = {}
+
+    def bench(fn):  # do_bench's median after cooldown seconds idle
+        torch.cuda.synchronize()
+        time.sleep(cooldown)
+        return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
+
     for name in rows:
         hdim, causal, kw = ROWS[name]
         heads = 2048 // hdim
@@ -90,9 +96,7 @@ def worker(tree, rows, sdpa, backward, cooldown):
         if kw.pop("alibi", False):
             kw["alibi_slopes"] = torch.rand(heads, device="cuda") * 0.1
         fn = lambda: run(fac.flash_attn_func(q, k, v, causal=causal, **kw))  # noqa: E731
-        torch.cuda.synchronize()
-        time.sleep(cooldown)
-        times[name] = triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
+        times[name] = bench(fn)
         if sdpa and not kw:
             from torch.nn.attention import SDPBackend, sdpa_kernel
             qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
@@ -100,9 +104,7 @@ def worker(tree, rows, sdpa, backward, cooldown):
                 with sdpa_kernel(backend):
                     sdpa = lambda: run(torch.nn.functional.scaled_dot_product_attention(  # noqa: E731
                         qt, kt, vt, is_causal=causal).transpose(1, 2))
-                    torch.cuda.synchronize()
-                    time.sleep(cooldown)
-                    times[f"{name} [{label}]"] = triton.testing.do_bench(sdpa, warmup=25, rep=200, return_mode="median")
+                    times[f"{name} [{label}]"] = bench(sdpa)
     print(json.dumps(times))
 
 
@@ -119,6 +121,8 @@ def main():
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--rows", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.cooldown < 0:
+        parser.error("--cooldown must not be negative")
     if args.worker:
         worker(args.worker, args.rows.split(","), args.sdpa, args.backward, args.cooldown)
         return
