@@ -32,6 +32,7 @@ ROWS = {  # name: (head dim, causal, keyword arguments of flash_attn_func; "seql
     "h128 full softcap": (128, False, {"softcap": 30.0}),
     "h128 causal softcap50": (128, True, {"softcap": 50.0}),
     "h128 causal softcap60": (128, True, {"softcap": 60.0}),
+    "h128 full softcap60": (128, False, {"softcap": 60.0}),
     "h128 causal softcap+alibi": (128, True, {"softcap": 30.0, "alibi": True}),
     "h128 full softcap+alibi": (128, False, {"softcap": 30.0, "alibi": True}),
     "h128 causal softcap60+alibi": (128, True, {"softcap": 60.0, "alibi": True}),
