@@ -456,15 +456,19 @@ cudaError_t run_fwd_sm90_ws(FwdParams const& params, cudaStream_t stream) {
   if constexpr (kVariant != Variant::kPlain) {
     if (params.softcap > 0.f) {
       // The fixed offset where the cap fits, without and with ALiBi, in kernels of their own (their
-      // tile: tile_size.h); larger caps take the ALiBi loop's online softmax.
+      // tile: tile_size.h); larger caps take the online softmax, without and with ALiBi (whose
+      // bias, added in every step, would cost a head without one 5-10 %).
       if constexpr (kFwdWsSoftcapSplit<Element, kVariant>) {
         auto launch = [&](auto loops) {
           using SplitTraits = FwdKernelTraitsSm90Ws<kHeadDim, Element, kVariant, decltype(loops)::value>;
           return launch_fwd_sm90_ws_kernel<SplitTraits, kIsCausal, kIsEvenK, kVariant, true>(params, stream);
         };
         using Loops = Sm90Loops;
-        if (!BoundedScores::fits(params.softmax_scale_log2)) return launch(cute::C<Loops::kAlibi>{});
-        if (params.alibi_slopes != nullptr) return launch(cute::C<Loops::kAlibiFixedOffset>{});
+        const bool has_alibi = params.alibi_slopes != nullptr;
+        if (!BoundedScores::fits(params.softmax_scale_log2)) {
+          return has_alibi ? launch(cute::C<Loops::kAlibi>{}) : launch(cute::C<Loops::kOnlineNoBias>{});
+        }
+        if (has_alibi) return launch(cute::C<Loops::kAlibiFixedOffset>{});
         return launch(cute::C<Loops::kNoBias>{});
       } else {
         return launch_fwd_sm90_ws_kernel<Traits, kIsCausal, kIsEvenK, kVariant, true>(params, stream);

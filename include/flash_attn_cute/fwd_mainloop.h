@@ -83,14 +83,16 @@ FLASH_HOST_DEVICE bool fixed_offset_fits(bool has_alibi, float scale_log2) {
 }
 
 // The loops of fwd_walk_sm90 that a kernel holds: both, chosen per tile (alibi_loop), or one. The
-// warp-specialized forward's bf16 softcap has a kernel for each of the last three
-// (run_fwd_sm90_ws): the fixed offset without ALiBi, the fixed offset plus each row's largest
-// ALiBi bias (caps that fit, BoundedScores), and the ALiBi loop with the online softmax (larger
-// caps, with a slope of 0 where no head has one).
-enum class Sm90Loops { kPerTile, kNoBias, kAlibiFixedOffset, kAlibi };
+// warp-specialized forward's bf16 softcap has a kernel for each of the last four
+// (run_fwd_sm90_ws): for caps that fit (BoundedScores), the fixed offset without ALiBi and the
+// fixed offset plus each row's largest ALiBi bias; for larger caps, the online softmax without
+// ALiBi and the ALiBi loop's online softmax (with a slope of 0 where a head has none).
+enum class Sm90Loops { kPerTile, kNoBias, kAlibiFixedOffset, kOnlineNoBias, kAlibi };
 
 template <Sm90Loops kLoops>
 inline constexpr bool sm90_alibi_loop_only = kLoops == Sm90Loops::kAlibi || kLoops == Sm90Loops::kAlibiFixedOffset;
+template <Sm90Loops kLoops>
+inline constexpr bool sm90_no_bias_loop_only = kLoops == Sm90Loops::kNoBias || kLoops == Sm90Loops::kOnlineNoBias;
 
 template <bool Is_softcap, class Element, Sm90Loops kLoops = Sm90Loops::kPerTile>
 __device__ __forceinline__ bool sm90_alibi_loop(bool has_alibi, float scale_log2) {
@@ -101,7 +103,8 @@ __device__ __forceinline__ bool sm90_alibi_loop(bool has_alibi, float scale_log2
 // Whether a softcap step (kSoftcap) of loop kAlibi exponentiates with the fixed offset.
 template <bool kSoftcap, class Element, Sm90Loops kLoops, bool kAlibi>
 inline constexpr bool sm90_fixed_offset_step =
-    softcap_fixed_offset<kSoftcap, Element> && (!kAlibi || kLoops == Sm90Loops::kAlibiFixedOffset);
+    softcap_fixed_offset<kSoftcap, Element> &&
+    (kAlibi ? kLoops == Sm90Loops::kAlibiFixedOffset : kLoops != Sm90Loops::kOnlineNoBias);
 
 // Whether a tile whose walk takes loop alibi_loop (sm90_alibi_loop) fixes softcap's offset before it
 // (Softmax::fix_offset): exactly when that loop's softcap steps are sm90_fixed_offset_step's.
@@ -121,7 +124,7 @@ template <bool Has_mods, bool Is_softcap, Sm90Loops kLoops = Sm90Loops::kPerTile
 __device__ __forceinline__ void fwd_walk_sm90(NBlockRange const& range, KeyBlockWalk const& walk, bool alibi_loop,
                                               Step&& step) {
   static_assert(Has_mods || kLoops == Sm90Loops::kPerTile);
-  if constexpr (Has_mods && kLoops != Sm90Loops::kNoBias) {
+  if constexpr (Has_mods && !sm90_no_bias_loop_only<kLoops>) {
     if (sm90_alibi_loop_only<kLoops> || alibi_loop) {
       fwd_walk(range, walk, step, cute::bool_constant<Is_softcap>{}, cute::true_type{});
       return;
