@@ -298,7 +298,7 @@ def _layout(layout, batch, seqlen, nheads, head_dim, dtype):
     return _randn(batch, seqlen, 3, nheads, head_dim, dtype=dtype)[:, :, 1]
 
 
-@pytest.mark.parametrize("softcap", [0.0, 30.0], ids=["plain", "softcap"])
+@pytest.mark.parametrize("softcap", [0.0, 30.0, 60.0], ids=["plain", "softcap", "softcap60"])
 @pytest.mark.parametrize("layout", ["bshd", "bhsd", "packed"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", [64, 96, 120, 128, 192, 256])
@@ -306,7 +306,8 @@ def test_warp_specialized_tma_and_cp_async_loads_agree(head_dim, causal, layout,
     """The warp-specialized kernel loads Q, K and V by TMA where the tensors allow it and with cp.async
     elsewhere (FLASH_ATTN_CUTE_SM90_TMA=0 forces cp.async, =require fails a launch that cannot use
     TMA): both fill shared memory alike (zeros past each sequence's end and past head_dim), so the
-    outputs and LSEs are bitwise equal, and right."""
+    outputs and LSEs are bitwise equal, and right. Softcap 30 and 60: bf16's fixed-offset and online
+    softmax kernels."""
     variant = "mods" if softcap else "plain"
     _require_built(torch.bfloat16, head_dim, causal, variant)
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
@@ -325,14 +326,15 @@ def test_warp_specialized_tma_and_cp_async_loads_agree(head_dim, causal, layout,
     _check(q, k, v, causal, out, lse, softcap=softcap)
 
 
-@pytest.mark.parametrize("softcap", [0.0, 30.0], ids=["plain", "softcap"])
+@pytest.mark.parametrize("softcap", [0.0, 30.0, 60.0], ids=["plain", "softcap", "softcap60"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", [64, 96, 128, 192, 256])
 def test_warp_specialized_rescales_o_as_later_key_blocks_score_higher(head_dim, causal, softcap, monkeypatch):
     """The kernel walks the key blocks from the last one down; here the scores grow toward the first
     keys, so the row max keeps outgrowing the exponent's offset and O is rescaled at later steps (the
     lazy rescale, which at head dim 128 waits for the previous block's P V while the step's
-    exponentials run). Random scores rarely move the offset after the first block."""
+    exponentials run). Random scores rarely move the offset after the first block. bf16 softcap
+    rescales only with a cap above 57.5 (its online softmax; smaller caps take a fixed offset)."""
     variant = "mods" if softcap else "plain"
     _require_built(torch.bfloat16, head_dim, causal, variant)
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
