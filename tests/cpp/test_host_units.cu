@@ -25,6 +25,7 @@
 #include "flash_attn_cute/bwd_api.h"
 #include "flash_attn_cute/bwd_kernel_sm90.h"
 #include "flash_attn_cute/dropout.h"
+#include "flash_attn_cute/fwd_mainloop.h"
 #include "flash_attn_cute/kernel_traits.h"
 #include "flash_attn_cute/rotary_copy.h"
 #include "flash_attn_cute/mask.h"
@@ -1463,6 +1464,29 @@ void test_bounded_scores() {
   CHECK(BoundedScores::offset_log2(float(30.0 * 1.4426950408889634)) == 0.f, "a cap of 30 needs no offset");
 }
 
+// The Hopper forwards' softcap loops (fwd_mainloop.h): which exponentiate with BoundedScores' fixed
+// offset. bf16 only, and never in the kernels of larger caps (kOnlineNoBias, kAlibi): their online
+// softmax takes the running max. kOnlineNoBias holds the loop without a bias alone.
+void test_softcap_loops() {
+  using bf16 = cutlass::bfloat16_t;
+  using fp16 = cutlass::half_t;
+  using L = Sm90Loops;
+  CHECK((sm90_fixed_offset_step<true, bf16, L::kPerTile, false>), "bf16 softcap without ALiBi: the fixed offset");
+  CHECK((!sm90_fixed_offset_step<true, bf16, L::kPerTile, true>), "bf16 softcap's per-tile ALiBi loop: online");
+  CHECK((!sm90_fixed_offset_step<true, fp16, L::kPerTile, false>), "fp16 softcap: online");
+  CHECK((!sm90_fixed_offset_step<false, bf16, L::kPerTile, false>), "no softcap: online");
+  CHECK((sm90_fixed_offset_step<true, bf16, L::kNoBias, false>), "kNoBias: the fixed offset");
+  CHECK((sm90_fixed_offset_step<true, bf16, L::kAlibiFixedOffset, true>), "kAlibiFixedOffset: the fixed offset");
+  CHECK((!sm90_fixed_offset_step<true, bf16, L::kOnlineNoBias, false>), "kOnlineNoBias (caps above 57.5): online");
+  CHECK((!sm90_fixed_offset_step<true, bf16, L::kAlibi, true>), "kAlibi (caps above 57.5): online");
+  CHECK(sm90_no_bias_loop_only<L::kOnlineNoBias> && !sm90_alibi_loop_only<L::kOnlineNoBias>,
+        "kOnlineNoBias holds the loop without a bias alone");
+  CHECK(sm90_no_bias_loop_only<L::kNoBias> && sm90_alibi_loop_only<L::kAlibi> &&
+            sm90_alibi_loop_only<L::kAlibiFixedOffset> && !sm90_no_bias_loop_only<L::kPerTile> &&
+            !sm90_alibi_loop_only<L::kPerTile>,
+        "the other kernels' loops");
+}
+
 // ----------------------------------------------------------------------------------------------
 
 struct Case {
@@ -1491,6 +1515,7 @@ const Case kCases[] = {
     {"dropout_layout", test_dropout_layout},
     {"exp2_fma", test_exp2_fma},
     {"bounded_scores", test_bounded_scores},
+    {"softcap_loops", test_softcap_loops},
 };
 
 }  // namespace
