@@ -38,15 +38,17 @@ inline constexpr int kTurnBarrier = 1;  // + consumer index
 inline constexpr int kProducerBarrier = kTurnBarrier + kMaxConsumers;
 inline constexpr int kEpilogueBarrier = kProducerBarrier + 1;  // + consumer index
 
-template <int kStages>
+template <int kStages, int kQStages>
 struct FwdWsBarriers {
-  SmemRing<1> q;  // Q's buffer (which holds the tile's O in the epilogue where O has none of its own)
+  SmemRing<kQStages> q;  // Q's buffers (one holds the tile's O in the epilogue where O has none of its own)
   SmemRing<kStages> k;
   SmemRing<kStages> v;
-  int q_tile;         // the tile whose Q the buffer holds, -1 when there is none left (set with Q)
-  int next_tile[2];   // the producer's tiles fetched from the counter, alternately
+  int q_tile[kQStages];  // the tile whose Q a buffer holds, -1 when there is none left (set with Q)
+  int next_tile[2];      // the producer's tiles fetched from the counter, alternately
 };
-static_assert(sizeof(FwdWsBarriers<kFwdSm90WsStages>) <= kFwdSm90WsBarrierBytes);
+static_assert(sizeof(FwdWsBarriers<kFwdSm90WsStages, 2>) <= kFwdSm90WsBarrierBytes);
+template <class Traits>
+using FwdWsBarriersOf = FwdWsBarriers<Traits::kStages, Traits::kQStages>;
 
 // The order of a tile's key blocks, the producer's and the consumers': with ALiBi, non-causal rows
 // start at their diagonal's block (KeyBlockWalk), else top-down.
@@ -60,20 +62,20 @@ __device__ __forceinline__ KeyBlockWalk fwd_ws_walk(FwdParams const& params, NBl
 
 // The producer: per tile, Q with the tile's index, then K(n) and V(n) for the key blocks in the
 // consumers' order, fwd_ws_walk's. The rings run on across tiles, but a tile's K and V wait behind
-// its Q, which waits for the consumers to be done with the last tile's Q: after its last Q K^T
-// where O has shared memory of its own (up to head dim 128), else after its epilogue. Tiles past a
-// varlen sequence's end are skipped here; after the last tile, Q's buffer comes with the index -1.
+// its Q, which waits for its buffer: with two Q buffers (where O has shared memory of its own, up
+// to head dim 128) until the consumers' last Q K^T of the tile before last, else until the last
+// tile's epilogue. Tiles past a varlen sequence's end are skipped here; after the last tile, a Q
+// buffer comes with the index -1.
 template <class Traits, bool Is_causal, bool Is_even_K>
 __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma<Traits> const& tma,
                                                FwdWsTileOrder const& tiles, Window window,
-                                               FwdWsBarriers<Traits::kStages>& barriers,
+                                               FwdWsBarriersOf<Traits>& barriers,
                                                typename Traits::Element* smem_q, typename Traits::Element* smem_k,
                                                typename Traits::Element* smem_v) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
-  Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});  // (kBlockM, kHeadDim)
   const int tidx = threadIdx.x;
   typename Traits::GmemTiledCopyQKV gmem_tiled_copy;
   auto gmem_thr_copy = gmem_tiled_copy.get_thread_slice(tidx);
@@ -93,6 +95,8 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
     }
     // The partitions are built per tile: held across the loop, their coordinates took registers
     // the producer does not have.
+    Tensor sQ = make_tensor(make_smem_ptr(smem_q + barriers.q.stage(q_use) * cosize_v<typename Traits::SmemLayoutQ>),
+                            typename Traits::SmemLayoutQ{});  // (kBlockM, kHeadDim): this tile's buffer
     Tensor tQsQ = gmem_thr_copy.partition_D(sQ);  // (CPY, CPY_M, CPY_K)
     Tensor tQcQ = gmem_thr_copy.partition_S(
         make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // (CPY, CPY_M, CPY_K) -> (m, k)
@@ -104,7 +108,8 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
     const NBlockRange range = fwd_n_block_range(tile.m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window);
     const index_t m_start = index_t(tile.m_block) * kBlockM;
     barriers.q.acquire(q_use);
-    if (tidx == 0) barriers.q_tile = t;  // published by this thread's arrive on the buffer's barrier
+    // Published by this thread's arrive on the buffer's barrier.
+    if (tidx == 0) barriers.q_tile[barriers.q.stage(q_use)] = t;
     if (params.ws_tma) {  // thread 0 alone loads and commits
       if (tidx == 0) {
         if (range.n_block_max > range.n_block_min) {
@@ -179,7 +184,7 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
     }
   }
   barriers.q.acquire(q_use);
-  if (tidx == 0) barriers.q_tile = -1;
+  if (tidx == 0) barriers.q_tile[barriers.q.stage(q_use)] = -1;
   if (!params.ws_tma) {
     barriers.q.commit(q_use);
   } else if (tidx == 0) {
@@ -192,7 +197,7 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
 // the other consumer, then the epilogue (O through sO, and the LSE).
 template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, bool Is_softcap>
 __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTileOrder const& tiles, Window window,
-                                               FwdWsBarriers<Traits::kStages>& barriers,
+                                               FwdWsBarriersOf<Traits>& barriers,
                                                typename Traits::Element* smem_q, typename Traits::Element* smem_k,
                                                typename Traits::Element* smem_v, typename Traits::Element* smem_o) {
   static_assert(Traits::kConsumers >= 2 && Traits::kConsumers <= kMaxConsumers);
@@ -205,7 +210,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
-  Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});    // (kBlockM, kHeadDim)
+  Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQStages{});  // (kBlockM, kHeadDim, stage)
   Tensor sK = make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});   // (kBlockN, kHeadDim, stage)
   Tensor sVt = make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVt{});  // (kHeadDim, kBlockN, stage)
   Tensor sO = make_tensor(make_smem_ptr(smem_o), typename Traits::SmemLayoutO{});    // (kBlockM, kHeadDim)
@@ -217,7 +222,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
   auto thr_mma_s = tiled_mma_s.get_thread_slice(tidx);
   auto thr_mma_o = tiled_mma_o.get_thread_slice(tidx);
   auto tile_mn = Shape<Int<kBlockM>, Int<kBlockN>>{};
-  Tensor tSrQ = thr_mma_s.partition_fragment_A(sQ);    // (MMA, MMA_M, MMA_K)
+  Tensor tSrQ = thr_mma_s.partition_fragment_A(sQ);    // (MMA, MMA_M, MMA_K, stage)
   Tensor tSrK = thr_mma_s.partition_fragment_B(sK);    // (MMA, MMA_N, MMA_K, stage)
   Tensor tOrVt = thr_mma_o.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stage)
   Tensor tOrO = partition_fragment_C(tiled_mma_o, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // (MMA, MMA_M, MMA_N)
@@ -241,9 +246,9 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
   if (consumer == kLast) pass_turn();
 
   int i = 0;  // uses of the K / V rings, as the producer counts them
-  for (int q_use = 0;; ++q_use) {  // uses of Q's buffer, one per tile
+  for (int q_use = 0;; ++q_use) {  // uses of Q's buffers, one per tile
     barriers.q.wait(q_use);
-    const int t = warp_uniform(barriers.q_tile);
+    const int t = warp_uniform(barriers.q_tile[barriers.q.stage(q_use)]);
     if (t < 0) break;
     const FwdWsTile tile = tiles.tile<Is_causal>(t);
     const int bidb = tile.bidb, bidh = tile.bidh;
@@ -281,7 +286,8 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       if (!is_first) barriers.v.wait(i - 1);
       take_turn();
       if (!kOverlap && !is_first) issue_pv();
-      wgmma_issue<!kBiasFirst>(tiled_mma_s, tSrQ, tSrK(_, _, _, barriers.k.stage(i)), tSrS);
+      Tensor tSrQ_tile = tSrQ(_, _, _, barriers.q.stage(q_use));  // (MMA, MMA_M, MMA_K): this tile's buffer
+      wgmma_issue<!kBiasFirst>(tiled_mma_s, tSrQ_tile, tSrK(_, _, _, barriers.k.stage(i)), tSrS);
       if constexpr (kOverlap) {
         if (!is_first) {
           issue_pv();
@@ -335,7 +341,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       const KeyBlockWalk walk = fwd_ws_walk<Traits, Is_causal>(params, range, tile.m_block, binfo);
       fwd_walk_sm90<Has_mods, Is_softcap, kLoops>(range, walk, alibi_loop, fwd_step);
       // The tile's Q K^T are done. With O in shared memory of its own, the producer may now load
-      // the next tile's Q, and then its K and V, during the last P V and the epilogue.
+      // a later tile's Q into the buffer.
       if constexpr (Traits::kSeparateO) barriers.q.release(q_use);
       // The last turn: P V of the bottom key block.
       barriers.v.wait(i - 1);
@@ -396,15 +402,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
                                                     int64_t(params.seqlen_k) * kHeadDim * 2 * sizeof(Element), Is_causal);
   const Window window = params.kernel_window<Has_mods, Is_causal>();
 
-  // Shared memory: Q, K's buffers, V's buffers, O where it has its own (each a whole number of
-  // swizzle atoms; else O reuses Q's space), the barriers.
+  // Shared memory: Q's buffers, K's, V's, O where it has its own (each a whole number of swizzle
+  // atoms; else O reuses Q's space), the barriers.
   Element* smem_q = reinterpret_cast<Element*>(smem);
-  Element* smem_k = smem_q + cosize_v<typename Traits::SmemLayoutQ>;
+  Element* smem_k = smem_q + cosize_v<typename Traits::SmemLayoutQStages>;
   Element* smem_v = smem_k + cosize_v<typename Traits::SmemLayoutKV>;
   Element* smem_past_v = smem_v + cosize_v<typename Traits::SmemLayoutKV>;
   Element* smem_o = Traits::kSeparateO ? smem_past_v : smem_q;
-  auto& barriers = *reinterpret_cast<FwdWsBarriers<Traits::kStages>*>(reinterpret_cast<char*>(smem_past_v) +
-                                                                     Traits::kSmemOBytes);
+  auto& barriers =
+      *reinterpret_cast<FwdWsBarriersOf<Traits>*>(reinterpret_cast<char*>(smem_past_v) + Traits::kSmemOBytes);
   if (threadIdx.x == 0) {
     const int producers = params.ws_tma ? 1 : Traits::kNProducerThreads;  // the arrivals that fill a buffer
     barriers.q.init(producers, kConsumerThreads);

@@ -136,6 +136,11 @@ struct FwdKernelTraitsSm90Ws {
   // (head_dim, kBlockN, stage): V's bytes viewed transposed.
   using SmemLayoutVt = decltype(composition(
       SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  // Q's buffers, (kBlockM, head_dim, stage): two where they fit (fwd_sm90_ws_q_stages).
+  static constexpr int kQStages = fwd_sm90_ws_q_stages(kTile, kHeadDim);
+  using SmemLayoutQStages = decltype(tile_to_shape(GmmaSmemAtomK<Element, kHeadDim>{},
+                                                   Shape<Int<kBlockM>, Int<kHeadDim>, Int<kQStages>>{}));
+  static_assert(cosize_v<SmemLayoutQStages> == kQStages * cosize_v<SmemLayoutQ>);
   using SmemLayoutO = SmemLayoutQ;  // in shared memory of its own where it fits, else in Q's
   static constexpr bool kSeparateO = fwd_sm90_ws_separate_o(kTile, kHeadDim);
   using SmemCopyAtomO = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
@@ -143,7 +148,7 @@ struct FwdKernelTraitsSm90Ws {
   static constexpr int kSmemQBytes = cosize_v<SmemLayoutQ> * sizeof(Element);
   static constexpr int kSmemKVBytes = cosize_v<SmemLayoutKV> * sizeof(Element);  // every stage
   static constexpr int kSmemOBytes = kSeparateO ? kSmemQBytes : 0;
-  static constexpr int kSmemBytes = kSmemQBytes + 2 * kSmemKVBytes + kSmemOBytes + kFwdSm90WsBarrierBytes;
+  static constexpr int kSmemBytes = kQStages * kSmemQBytes + 2 * kSmemKVBytes + kSmemOBytes + kFwdSm90WsBarrierBytes;
   static_assert(kSmemBytes == fwd_sm90_ws_smem_bytes(kTile, kHeadDim));
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
   static_assert(kSmemQBytes % 1024 == 0 && kSmemKVBytes % (1024 * kStages) == 0, "swizzle atoms start 1024-byte aligned");

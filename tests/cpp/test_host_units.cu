@@ -171,12 +171,22 @@ void test_tile_table() {
   CHECK(!fwd_sm90_ws_pays(64, 1024, 1024, -1, 0, false) && fwd_sm90_ws_pays(64, 1024, 1024, -1, -1, false) &&
             fwd_sm90_ws_pays(128, 512, 512, -1, 0, false),
         "with cp.async loads, hdim 64 takes the warp-specialized kernel from 1024 keys a row");
-  CHECK_EQ(fwd_sm90_ws_smem_bytes(fwd_sm90_ws_tile_shape(128), 128), 196736, "sm90 ws smem at hdim 128 (with O's)");
+  CHECK_EQ(fwd_sm90_ws_smem_bytes(fwd_sm90_ws_tile_shape(128), 128), 229504,
+           "sm90 ws smem at hdim 128 (two Q buffers and O's)");
   CHECK_EQ(fwd_sm90_ws_smem_bytes(fwd_sm90_ws_tile_shape(256), 256), 196736, "sm90 ws smem at hdim 256 (O in Q's)");
   CHECK(fwd_sm90_ws_separate_o(fwd_sm90_ws_tile_shape(64), 64) && fwd_sm90_ws_separate_o(fwd_sm90_ws_tile_shape(128), 128) &&
             !fwd_sm90_ws_separate_o(fwd_sm90_ws_tile_shape(192), 192) &&
             !fwd_sm90_ws_separate_o(fwd_sm90_ws_tile_shape(256), 256),
         "the output tile has shared memory of its own up to head dim 128");
+  for (int hdim : {64, 96, 128}) {
+    for (bool softcap : {false, true}) {
+      CHECK_EQ(fwd_sm90_ws_q_stages(fwd_sm90_ws_tile_shape(hdim, softcap), hdim), 2,
+               fmt("two Q buffers at head dim %d%s", hdim, softcap ? " (softcap's tile)" : ""));
+    }
+  }
+  CHECK(fwd_sm90_ws_q_stages(fwd_sm90_ws_tile_shape(192), 192) == 1 &&
+            fwd_sm90_ws_q_stages(fwd_sm90_ws_tile_shape(256), 256) == 1,
+        "one Q buffer where O takes Q's");
   CHECK_EQ(fwd_smem_bytes(fwd_split_tile_shape(128), 128), 20480, "split tile smem at hdim 128");
 
   // Every supported head dim maps to the smallest kernel head dim >= it (found independently).
