@@ -140,12 +140,17 @@ constexpr bool fwd_sm90_ws_only(int kernel_head_dim, Variant variant) {
 inline constexpr int kFwdSm90WsStages = 2;
 inline constexpr int kFwdSm90WsBarrierBytes = 128;  // the rings' and Q's mbarriers
 
+// Shared memory of the warp-specialized forward with `buffers` (kBlockM, head_dim) tiles of Q and O
+// beside the K and V rings (16-bit elements), and the barriers.
+constexpr int fwd_sm90_ws_bytes(FwdTileShape tile, int kernel_head_dim, int buffers) {
+  return (buffers * tile.block_m + 2 * kFwdSm90WsStages * tile.block_n) * kernel_head_dim * 2 + kFwdSm90WsBarrierBytes;
+}
+
 // Whether the output tile gets shared memory of its own (else it reuses Q's): up to head dim 128,
 // where it fits. Then the producer may load the next tile's Q, and its K and V, while the consumers
 // still run the last P V and the epilogue.
 constexpr bool fwd_sm90_ws_separate_o(FwdTileShape tile, int kernel_head_dim) {
-  return (2 * tile.block_m + 2 * kFwdSm90WsStages * tile.block_n) * kernel_head_dim * 2 + kFwdSm90WsBarrierBytes <=
-         227 * 1024;
+  return fwd_sm90_ws_bytes(tile, kernel_head_dim, 2) <= 227 * 1024;
 }
 
 // Q's buffers: two where O has its own and a second Q fits beside it (up to head dim 128), else
@@ -154,17 +159,15 @@ constexpr bool fwd_sm90_ws_separate_o(FwdTileShape tile, int kernel_head_dim) {
 // 35 (hdim 128, 16k tokens) 1k-token sequences 2-3 % faster, 2k and window (1024, 0) 1 %, 16k
 // within 0.5 %.
 constexpr int fwd_sm90_ws_q_stages(FwdTileShape tile, int kernel_head_dim) {
-  const int with_two = (3 * tile.block_m + 2 * kFwdSm90WsStages * tile.block_n) * kernel_head_dim * 2 +
-                       kFwdSm90WsBarrierBytes;  // two Q buffers, O, the K and V rings, the barriers
-  return fwd_sm90_ws_separate_o(tile, kernel_head_dim) && with_two <= 227 * 1024 ? 2 : 1;
+  return fwd_sm90_ws_separate_o(tile, kernel_head_dim) && fwd_sm90_ws_bytes(tile, kernel_head_dim, 3) <= 227 * 1024
+             ? 2
+             : 1;
 }
 
-// Its shared memory: Q's buffers, the K and V rings, O where it has its own (16-bit elements), the
-// barriers.
+// Its shared memory: Q's buffers, the K and V rings, O where it has its own, the barriers.
 constexpr int fwd_sm90_ws_smem_bytes(FwdTileShape tile, int kernel_head_dim) {
-  const int o_rows = fwd_sm90_ws_separate_o(tile, kernel_head_dim) ? tile.block_m : 0;
-  const int q_rows = fwd_sm90_ws_q_stages(tile, kernel_head_dim) * tile.block_m;
-  return (q_rows + 2 * kFwdSm90WsStages * tile.block_n + o_rows) * kernel_head_dim * 2 + kFwdSm90WsBarrierBytes;
+  const int o_buffers = fwd_sm90_ws_separate_o(tile, kernel_head_dim) ? 1 : 0;
+  return fwd_sm90_ws_bytes(tile, kernel_head_dim, fwd_sm90_ws_q_stages(tile, kernel_head_dim) + o_buffers);
 }
 
 // Shared memory of a forward CTA: Q, one K and one V tile (16-bit elements).
