@@ -211,23 +211,31 @@ struct Softmax {
 
   // Whether some row of the warp's tile exceeds its offset by more than kRescaleLog2 (false for
   // -inf tiles); the caller takes the tile's max again if so, rather than keep it in registers.
+  // Each thread compares its own columns: the warp's vote covers the quads' other threads, so the
+  // row's max over its quad (two shuffles) is not needed for the answer.
   template <class TensorS>
   __device__ __forceinline__ bool any_row_outgrows_offset(TensorS const& tSrS_rc, float scale_log2) const {
     bool grows = false;
 #pragma unroll
     for (int mi = 0; mi < kNRows; ++mi) {
-      grows |= tile_row_max(tSrS_rc, mi) * scale_log2 > row_max(mi) * scale_log2 + kRescaleLog2;
+      grows |= thread_row_max(tSrS_rc, mi) * scale_log2 > row_max(mi) * scale_log2 + kRescaleLog2;
     }
     return __any_sync(0xffffffffu, grows);
+  }
+
+  // The max of this thread's columns of row mi.
+  template <class TensorS>
+  static __device__ __forceinline__ float thread_row_max(TensorS const& tSrS_rc, int mi) {
+    float m = -INFINITY;
+#pragma unroll
+    for (int ni = 0; ni < size<1>(tSrS_rc); ++ni) m = fmaxf(m, tSrS_rc(mi, ni));
+    return m;
   }
 
   // The max of row mi of a score tile, over the quad of threads that hold the row.
   template <class TensorS>
   static __device__ __forceinline__ float tile_row_max(TensorS const& tSrS_rc, int mi) {
-    float m = -INFINITY;
-#pragma unroll
-    for (int ni = 0; ni < size<1>(tSrS_rc); ++ni) m = fmaxf(m, tSrS_rc(mi, ni));
-    return quad_allreduce(m, MaxOp{});
+    return quad_allreduce(thread_row_max(tSrS_rc, mi), MaxOp{});
   }
 
   // Normalises O by the row sums (times o_scale: dropout's 1 / (1 - p)) and returns each row's
