@@ -263,7 +263,6 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     const bool alibi_loop = sm90_alibi_loop<Is_softcap, Element, kLoops>(has_alibi, params.softmax_scale_log2);
     const bool fixed_offset = sm90_fixes_offset<Is_softcap, Element, kLoops>(alibi_loop);
     [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
-    Tensor tSrQ_tile = tSrQ(_, _, _, barriers.q.stage(q_use));  // (MMA, MMA_M, MMA_K): this tile's buffer
     clear(tOrO);
 
     // One key block: in a turn, O += P V of the previous block and S = Q K^T of this one; then
@@ -287,6 +286,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       if (!is_first) barriers.v.wait(i - 1);
       take_turn();
       if (!kOverlap && !is_first) issue_pv();
+      Tensor tSrQ_tile = tSrQ(_, _, _, barriers.q.stage(q_use));  // (MMA, MMA_M, MMA_K): this tile's buffer
       wgmma_issue<!kBiasFirst>(tiled_mma_s, tSrQ_tile, tSrK(_, _, _, barriers.k.stage(i)), tSrS);
       if constexpr (kOverlap) {
         if (!is_first) {
