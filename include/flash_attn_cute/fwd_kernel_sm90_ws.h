@@ -88,6 +88,11 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
     named_barrier_sync(kProducerBarrier, Traits::kNProducerThreads);
     return warp_uniform(barriers.next_tile[fetch & 1]);
   };
+  // By TMA thread 0 alone fills the buffers, and it alone waits for them to be free: a thread that
+  // waits on a ring's empty barriers without filling the ring can fall two phases behind it and then
+  // read a later phase's parity as not done, and wait for good (session 36: the producer-store
+  // branch hung so on many short tiles). With cp.async every thread fills its part.
+  const bool waits_for_buffers = !params.ws_tma || tidx == 0;
   for (int t = blockIdx.x, fetch = 0; t < tiles.n_tiles(); t = next_tile(fetch++)) {
     if (tidx == 0) {
       const unsigned last = unsigned(tiles.n_tiles() - 1);
@@ -107,7 +112,7 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
     if (tile.m_block * kBlockM >= binfo.seqlen_q) continue;
     const NBlockRange range = fwd_n_block_range(tile.m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window);
     const index_t m_start = index_t(tile.m_block) * kBlockM;
-    barriers.q.acquire(q_use);
+    if (waits_for_buffers) barriers.q.acquire(q_use);
     // Published by this thread's arrive on the buffer's barrier.
     if (tidx == 0) barriers.q_tile[barriers.q.stage(q_use)] = t;
     if (params.ws_tma) {  // thread 0 alone loads and commits
@@ -158,8 +163,8 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
     };
     // By TMA: thread 0 commits the buffer's bytes, then issues the copy.
     auto load_tma = [&](SmemRing<Traits::kStages>& ring, Element* smem_ring, auto const& tma_kv, int n_block) {
-      ring.acquire(i);
       if (tidx == 0) {
+        ring.acquire(i);
         ring.commit_tma(i, FwdWsTma<Traits>::kBytesKV);
         Tensor mKV = tma_kv.get_tma_tensor(FwdWsTma<Traits>::shape_kv(params));
         Tensor gKV = local_tile(mKV(_, _, bidh_kv, tile.bidb), typename FwdWsTma<Traits>::TileKV{},
@@ -183,7 +188,7 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
       }
     }
   }
-  barriers.q.acquire(q_use);
+  if (waits_for_buffers) barriers.q.acquire(q_use);
   if (tidx == 0) barriers.q_tile[barriers.q.stage(q_use)] = -1;
   if (!params.ws_tma) {
     barriers.q.commit(q_use);
@@ -263,6 +268,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     const bool alibi_loop = sm90_alibi_loop<Is_softcap, Element, kLoops>(has_alibi, params.softmax_scale_log2);
     const bool fixed_offset = sm90_fixes_offset<Is_softcap, Element, kLoops>(alibi_loop);
     [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
+    Tensor tSrQ_tile = tSrQ(_, _, _, barriers.q.stage(q_use));  // (MMA, MMA_M, MMA_K): this tile's buffer
     clear(tOrO);
 
     // One key block: in a turn, O += P V of the previous block and S = Q K^T of this one; then
@@ -286,7 +292,6 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       if (!is_first) barriers.v.wait(i - 1);
       take_turn();
       if (!kOverlap && !is_first) issue_pv();
-      Tensor tSrQ_tile = tSrQ(_, _, _, barriers.q.stage(q_use));  // (MMA, MMA_M, MMA_K): this tile's buffer
       wgmma_issue<!kBiasFirst>(tiled_mma_s, tSrQ_tile, tSrK(_, _, _, barriers.k.stage(i)), tSrS);
       if constexpr (kOverlap) {
         if (!is_first) {
