@@ -261,7 +261,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     const NBlockRange range = fwd_n_block_range(tile.m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window);
     const int rows_left = binfo.seqlen_q - tile.m_block * kBlockM;
     const index_t m_start = index_t(tile.m_block) * kBlockM;
-    Softmax<2 * decltype(size<1>(tOrO))::value, Traits::kLazyRescale> softmax;
+    Softmax<2 * decltype(size<1>(tOrO))::value, Traits::kLazyRescale, !Is_softcap> softmax;
     const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
     const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
     const bool has_alibi = alibi_slope != 0.f;  // the tile's, warp-uniform: no bias work without a slope

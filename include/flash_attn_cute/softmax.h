@@ -68,7 +68,11 @@ struct BoundedScores {
 
 // kLazyRescale: after the first tile, rescale O only when a row's max outgrows its offset by more
 // than kRescaleLog2 (softmax_rescale_o); else at every tile, to the exact running max.
-template <int kNRows, bool kLazyRescale>
+//
+// kPairwiseMax: a thread's row max as a tree of fmaxf (a short dependency chain), for scores that
+// are all there at once (straight from the MMA); else in column order, which follows scores that
+// come out one by one (softcap's tanh).
+template <int kNRows, bool kLazyRescale, bool kPairwiseMax = false>
 struct Softmax {
   using RowTensor = decltype(make_tensor<float>(Shape<Int<kNRows>>{}));
   RowTensor row_max;  // the exponent's offset: the running max of the raw scores, quad-reduced, or at
@@ -223,13 +227,26 @@ struct Softmax {
     return __any_sync(0xffffffffu, grows);
   }
 
-  // The max of this thread's columns of row mi.
+  // The max of this thread's columns of row mi (kPairwiseMax: pairwise).
   template <class TensorS>
   static __device__ __forceinline__ float thread_row_max(TensorS const& tSrS_rc, int mi) {
-    float m = -INFINITY;
+    constexpr int kCols = decltype(size<1>(tSrS_rc))::value;
+    if constexpr (kPairwiseMax) {
+      float m[kCols];
 #pragma unroll
-    for (int ni = 0; ni < size<1>(tSrS_rc); ++ni) m = fmaxf(m, tSrS_rc(mi, ni));
-    return m;
+      for (int ni = 0; ni < kCols; ++ni) m[ni] = tSrS_rc(mi, ni);
+#pragma unroll
+      for (int stride = 1; stride < kCols; stride *= 2) {
+#pragma unroll
+        for (int ni = 0; ni + stride < kCols; ni += 2 * stride) m[ni] = fmaxf(m[ni], m[ni + stride]);
+      }
+      return m[0];
+    } else {
+      float m = -INFINITY;
+#pragma unroll
+      for (int ni = 0; ni < kCols; ++ni) m = fmaxf(m, tSrS_rc(mi, ni));
+      return m;
+    }
   }
 
   // The max of row mi of a score tile, over the quad of threads that hold the row.
