@@ -384,6 +384,32 @@ def test_softcap_over_the_range_of_caps(head_dim, causal, seqlens, scores, softc
     _check(q, k, v, causal, out, lse, softcap=softcap)
 
 
+@pytest.mark.parametrize("softcap", [58.0, 60.0, 100.0])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 96, 128, 256])
+def test_softcap_checked_offset_per_consumer(head_dim, causal, softcap, monkeypatch):
+    """bf16 caps above 57.5: the warp-specialized kernel keeps the fixed offset for a tile where
+    every row of a consumer's 64 reaches 2^-86 in its first key block, and falls back to the running
+    max where one does not (Softmax::fixed_offset_holds). Here query rows alternate, 64 at a time,
+    between random logits and logits near -cap for every key, and some rows mix both: in one tile
+    some consumers take the fixed offset and others the running max."""
+    _require_built(torch.bfloat16, head_dim, causal, "mods")
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
+    torch.manual_seed(8)
+    batch, seqlen, nheads, nheads_k, d, f32 = 2, 1000, 8, 2, head_dim, torch.float32
+    u = _randn(1, 1, 1, d, dtype=f32)
+    k = (u + 0.3 * _randn(batch, seqlen, nheads_k, d, dtype=f32)).to(torch.bfloat16)
+    v = _randn(batch, seqlen, nheads_k, d, dtype=torch.bfloat16)
+    rows = torch.arange(seqlen, device="cuda")
+    low = ((rows // 64) % 2 == 0) | (rows % 97 == 5)  # (seqlen,): rows whose logits sit near -cap
+    q = torch.where(low[None, :, None, None], -30.0 * u, 3.0 * _randn(batch, seqlen, nheads, d, dtype=f32))
+    q = (q + 0.1 * _randn(batch, seqlen, nheads, d, dtype=f32)).to(torch.bfloat16)
+    call = lambda: fac.fwd(q, k, v, causal=causal, softcap=softcap)  # noqa: E731
+    assert _takes_hopper_kernel(call, ws=True)
+    out, lse = call()
+    _check(q, k, v, causal, out, lse, softcap=softcap)
+
+
 # ALiBi slopes of every size and sign: steep, none, negative (a row's farthest keys weigh most).
 SIGNED_SLOPES = [1.0, 0.25, 2.0 ** -5, 0.0, -0.01, -2.0 ** -7, 0.5, 2.0 ** -8]
 

@@ -129,16 +129,16 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
   [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
 
   // One key block: S = Q K^T, mask, online softmax, O += P V. On entry K(n_block) is in flight;
-  // on exit K(n_block - 1) is, if it exists. with_softcap, with_alibi: cute::true_type or false_type
-  // (fwd_walk_sm90).
+  // on exit K(n_block - 1) is, if it exists. with_softcap, with_alibi: cute::true_type or false_type;
+  // offset: StepOffset's kFixed or kOnline (fwd_walk_sm90).
   // The score mods as in fwd_kernel.h: without softcap, ALiBi (where the head has a slope) is S's
   // initial value and Q K^T accumulates onto it; softcap's tanh comes first, then the bias.
-  auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap,
-                      auto with_alibi) __attribute__((always_inline)) {
+  auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap, auto with_alibi,
+                      auto offset) __attribute__((always_inline)) {
     constexpr bool kSoftcap = decltype(with_softcap)::value;
     constexpr bool kBiasFirst = !kSoftcap && decltype(with_alibi)::value;
-    constexpr bool kFixedOffset =
-        sm90_fixed_offset_step<kSoftcap, Element, Sm90Loops::kPerTile, decltype(with_alibi)::value>;
+    static_assert(decltype(offset)::value != StepOffset::kChecked);
+    constexpr bool kFixedOffset = decltype(offset)::value == StepOffset::kFixed;
     Tensor tSrS = partition_fragment_C(tiled_mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
     if constexpr (kBiasFirst) {
       fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
     copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, tQgQ, tQsQ, tQcQ, rows_left, params.head_dim);
     load_kv(tKgK, tKsK, range.n_block_max - 1, cute::true_type{});
     cp_async_fence();
-    fwd_walk_sm90<Has_mods, Is_softcap>(range, fwd_key_block_walk(range), alibi_loop, fwd_step);  // its loads: top-down
+    fwd_walk_sm90<Has_mods, Is_softcap, Element>(range, fwd_key_block_walk(range), alibi_loop, fwd_step);  // its loads: top-down
   }
   // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
   auto lse = softmax.finalize(tOrO_rc, params.softmax_scale, Is_dropout ? params.dropout.rp : 1.f);

@@ -37,6 +37,7 @@ inline constexpr int kMaxConsumers = 3;
 inline constexpr int kTurnBarrier = 1;  // + consumer index
 inline constexpr int kProducerBarrier = kTurnBarrier + kMaxConsumers;
 inline constexpr int kEpilogueBarrier = kProducerBarrier + 1;  // + consumer index
+inline constexpr int kCheckBarrier = kEpilogueBarrier + kMaxConsumers;  // + consumer index
 
 template <int kStages, int kQStages>
 struct FwdWsBarriers {
@@ -266,7 +267,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
     const bool has_alibi = alibi_slope != 0.f;  // the tile's, warp-uniform: no bias work without a slope
     const bool alibi_loop = sm90_alibi_loop<Is_softcap, Element, kLoops>(has_alibi, params.softmax_scale_log2);
-    const bool fixed_offset = sm90_fixes_offset<Is_softcap, Element, kLoops>(alibi_loop);
+    const bool fixes_offset = sm90_fixes_offset<Is_softcap, Element, kLoops>(alibi_loop);
     [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
     Tensor tSrQ_tile = tSrQ(_, _, _, barriers.q.stage(q_use));  // (MMA, MMA_M, MMA_K): this tile's buffer
     clear(tOrO);
@@ -276,12 +277,13 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     // exponentials run while P V does: only O's rescale waits for it. Use i of the rings holds this
     // block's K and V. The score mods as in fwd_kernel.h: without softcap, ALiBi (where the head has
     // a slope) is S's initial value and Q K^T accumulates onto it; softcap's tanh comes first, then
-    // the bias. kFixedOffset: bf16 softcap whose cap fits BoundedScores, whose softmax takes no max.
-    auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap,
-                        auto with_alibi) __attribute__((always_inline)) {
+    // the bias. offset (StepOffset): kFixed, bf16 softcap's BoundedScores, whose softmax takes no
+    // max; kChecked, the consumer's vote on it (fwd_walk_sm90). Returns whether the offset was fixed.
+    auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap, auto with_alibi,
+                        auto offset) __attribute__((always_inline)) {
       constexpr bool kSoftcap = decltype(with_softcap)::value;
       constexpr bool kBiasFirst = !kSoftcap && decltype(with_alibi)::value;
-      constexpr bool kFixedOffset = sm90_fixed_offset_step<kSoftcap, Element, kLoops, decltype(with_alibi)::value>;
+      constexpr StepOffset kOffset = decltype(offset)::value;
       constexpr bool kOverlap = Traits::kOverlapPV;
       Tensor tSrS = partition_fragment_C(tiled_mma_s, tile_mn);  // (MMA, MMA_M, MMA_N)
       if constexpr (kBiasFirst) {
@@ -315,15 +317,30 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
           tSrS, tScS, int(m_start), n_block * kBlockN, mask, params.softcap, alibi_slope);
       Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
       constexpr int kFmaExp2Every = Traits::fma_exp2_every(kSoftcap);
-      if constexpr (kOverlap) {
-        const auto rescale = softmax.template step_exp<decltype(is_masked)::value, kFmaExp2Every, kFixedOffset>(
-            is_first, tSrS_rc, params.softmax_scale_log2);
-        warpgroup_mma_done(tOrO, tOrP);
-        if (!is_first) barriers.v.release(i - 1);
-        softmax.rescale_by(rescale, tOrO_rc);
+      auto exponentiate = [&](auto fixed) {
+        constexpr bool kFixedOffset = decltype(fixed)::value;
+        if constexpr (kOverlap) {
+          const auto rescale = softmax.template step_exp<decltype(is_masked)::value, kFmaExp2Every, kFixedOffset>(
+              is_first, tSrS_rc, params.softmax_scale_log2);
+          warpgroup_mma_done(tOrO, tOrP);
+          if (!is_first) barriers.v.release(i - 1);
+          softmax.rescale_by(rescale, tOrO_rc);
+        } else {
+          softmax.template rescale_o<decltype(is_masked)::value, kFmaExp2Every, kFixedOffset>(
+              is_first, tSrS_rc, tOrO_rc, params.softmax_scale_log2);
+        }
+      };
+      bool fixed_offset = kOffset == StepOffset::kFixed;
+      if constexpr (kOffset == StepOffset::kChecked) {
+        fixed_offset = named_barrier_all(kCheckBarrier + consumer, 128,
+                                         softmax.fixed_offset_holds(tSrS_rc, params.softmax_scale_log2));
+        if (fixed_offset) {
+          exponentiate(cute::true_type{});
+        } else {
+          exponentiate(cute::false_type{});
+        }
       } else {
-        softmax.template rescale_o<decltype(is_masked)::value, kFmaExp2Every, kFixedOffset>(
-            is_first, tSrS_rc, tOrO_rc, params.softmax_scale_log2);
+        exponentiate(cute::bool_constant<kOffset == StepOffset::kFixed>{});
       }
       Tensor rP = convert_type<Element>(tSrS);  // (MMA, MMA_M, MMA_N)
       if constexpr (Is_dropout) {
@@ -333,18 +350,19 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
 #pragma unroll
       for (int j = 0; j < size(rP); ++j) tOrP(j) = rP(j);
       ++i;
+      return fixed_offset;
     };
 
     const bool has_keys = range.n_block_max > range.n_block_min;
     if (has_keys) {
-      if (fixed_offset) {
+      if (fixes_offset) {
         softmax.fix_offset(params.softmax_scale_log2, [&](int mi) {
           const int row = int(m_start) + get<0>(tScS_rc(mi, 0));
-          return kLoops == Sm90Loops::kAlibiFixedOffset ? mask.alibi_max_bias(row, alibi_slope) : 0.f;
+          return sm90_alibi_loop_only<kLoops> ? mask.alibi_max_bias(row, alibi_slope) : 0.f;
         });
       }
       const KeyBlockWalk walk = fwd_ws_walk<Traits, Is_causal>(params, range, tile.m_block, binfo);
-      fwd_walk_sm90<Has_mods, Is_softcap, kLoops>(range, walk, alibi_loop, fwd_step);
+      fwd_walk_sm90<Has_mods, Is_softcap, Element, kLoops>(range, walk, alibi_loop, fwd_step);
       // The tile's Q K^T are done. With O in shared memory of its own, the producer may now load
       // a later tile's Q into the buffer.
       if constexpr (Traits::kSeparateO) barriers.q.release(q_use);
@@ -467,9 +485,10 @@ cudaError_t run_fwd_sm90_ws(FwdParams const& params, cudaStream_t stream) {
   if constexpr (kVariant != Variant::kPlain) {
     if (params.softcap > 0.f) {
       // The fixed offset where the cap fits, without and with ALiBi, in kernels of their own (their
-      // tile: tile_size.h); larger caps take the online softmax, without and with ALiBi (session 35,
-      // hdim 128, a cap of 60 at 16k tokens: the ALiBi loop's bias of 0 in every step cost 2 % causal
-      // and 5 % non-causal).
+      // tile: tile_size.h); larger caps take the same checked on each tile's first key block, with the
+      // online softmax where the check fails (Sm90Loops), without and with ALiBi (session 35, hdim
+      // 128, a cap of 60 at 16k tokens: the ALiBi loop's bias of 0 in every step cost 2 % causal and
+      // 5 % non-causal).
       if constexpr (kFwdWsSoftcapSplit<Element, kVariant>) {
         auto launch = [&](auto loops) {
           using SplitTraits = FwdKernelTraitsSm90Ws<kHeadDim, Element, kVariant, decltype(loops)::value>;
@@ -478,7 +497,7 @@ cudaError_t run_fwd_sm90_ws(FwdParams const& params, cudaStream_t stream) {
         using Loops = Sm90Loops;
         const bool has_alibi = params.alibi_slopes != nullptr;
         if (!BoundedScores::fits(params.softmax_scale_log2)) {
-          return has_alibi ? launch(cute::C<Loops::kAlibi>{}) : launch(cute::C<Loops::kOnlineNoBias>{});
+          return has_alibi ? launch(cute::C<Loops::kCheckedAlibi>{}) : launch(cute::C<Loops::kCheckedNoBias>{});
         }
         if (has_alibi) return launch(cute::C<Loops::kAlibiFixedOffset>{});
         return launch(cute::C<Loops::kNoBias>{});

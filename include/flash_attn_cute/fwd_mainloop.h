@@ -24,14 +24,14 @@ __device__ __forceinline__ void fwd_score_mods(TensorS& tSrS, TensorC const& tSc
   if constexpr (kMasked) mask.apply(tSrS, tScS, row0, col0);
 }
 
-// Calls step(n_block, is_masked, is_first, cases...) for range's key blocks in walk's order;
-// is_masked and the cases (passed through: with_softcap, ...) are cute::true_type / false_type. The
-// first step always runs masked (a no-op mask when its block is fully visible), so only the masked
-// step carries the Is_first softmax variant: one copy fewer of the loop body.
+// Calls step(n_block, is_masked, is_first, cases...) for range's key blocks in walk's order, from
+// its step s0 on; is_masked and the cases (passed through: with_softcap, ...) are compile-time
+// constants. The first step always runs masked (a no-op mask when its block is fully visible), so
+// only the masked step carries the Is_first softmax variant: one copy fewer of the loop body.
 template <class Step, class... Cases>
-__device__ __forceinline__ void fwd_walk(NBlockRange const& range, KeyBlockWalk const& walk, Step&& step,
+__device__ __forceinline__ void fwd_walk(NBlockRange const& range, KeyBlockWalk const& walk, int s0, Step&& step,
                                          Cases... cases) {
-  for (int s = 0; s < walk.steps(); ++s) {
+  for (int s = s0; s < walk.steps(); ++s) {
     const int n_block = walk.n_block(s);
     if (s == 0 || range.is_masked(n_block)) {
       step(n_block, cute::true_type{}, s == 0, cases...);
@@ -85,14 +85,24 @@ FLASH_HOST_DEVICE bool fixed_offset_fits(bool has_alibi, float scale_log2) {
 // The loops of fwd_walk_sm90 that a kernel holds: both, chosen per tile (alibi_loop), or one. The
 // warp-specialized forward's bf16 softcap has a kernel for each of the last four
 // (run_fwd_sm90_ws): for caps that fit (BoundedScores), the fixed offset without ALiBi and the
-// fixed offset plus each row's largest ALiBi bias; for larger caps, the online softmax without
-// ALiBi and the ALiBi loop's online softmax (with a slope of 0 where a head has none).
-enum class Sm90Loops { kPerTile, kNoBias, kAlibiFixedOffset, kOnlineNoBias, kAlibi };
+// fixed offset plus each row's largest ALiBi bias; for larger caps, the same two behind a check on
+// each tile's first key block (StepOffset::kChecked), with the online softmax where it fails (in
+// the ALiBi loop, a slope of 0 where a head has none).
+enum class Sm90Loops { kPerTile, kNoBias, kAlibiFixedOffset, kCheckedNoBias, kCheckedAlibi };
 
 template <Sm90Loops kLoops>
-inline constexpr bool sm90_alibi_loop_only = kLoops == Sm90Loops::kAlibi || kLoops == Sm90Loops::kAlibiFixedOffset;
+inline constexpr bool sm90_alibi_loop_only =
+    kLoops == Sm90Loops::kCheckedAlibi || kLoops == Sm90Loops::kAlibiFixedOffset;
 template <Sm90Loops kLoops>
-inline constexpr bool sm90_no_bias_loop_only = kLoops == Sm90Loops::kNoBias || kLoops == Sm90Loops::kOnlineNoBias;
+inline constexpr bool sm90_no_bias_loop_only = kLoops == Sm90Loops::kNoBias || kLoops == Sm90Loops::kCheckedNoBias;
+template <Sm90Loops kLoops>
+inline constexpr bool sm90_checks_offset = kLoops == Sm90Loops::kCheckedNoBias || kLoops == Sm90Loops::kCheckedAlibi;
+
+// A Hopper step's exponent offset (its last case, a cute::C): BoundedScores' fixed offset, the
+// running max, or (kChecked, a checked kernel's first step) the fixed offset where the step's
+// scores show that it holds for the tile (Softmax::fixed_offset_holds), else the running max. The
+// step returns whether it took the fixed offset.
+enum class StepOffset { kOnline, kFixed, kChecked };
 
 template <bool Is_softcap, class Element, Sm90Loops kLoops = Sm90Loops::kPerTile>
 __device__ __forceinline__ bool sm90_alibi_loop(bool has_alibi, float scale_log2) {
@@ -100,39 +110,53 @@ __device__ __forceinline__ bool sm90_alibi_loop(bool has_alibi, float scale_log2
   return softcap_fixed_offset<Is_softcap, Element> ? !fixed_offset_fits(has_alibi, scale_log2) : has_alibi;
 }
 
-// Whether a softcap step (kSoftcap) of loop kAlibi exponentiates with the fixed offset.
+// Whether a softcap step (kSoftcap) of loop kAlibi always exponentiates with the fixed offset.
 template <bool kSoftcap, class Element, Sm90Loops kLoops, bool kAlibi>
 inline constexpr bool sm90_fixed_offset_step =
-    softcap_fixed_offset<kSoftcap, Element> &&
-    (kAlibi ? kLoops == Sm90Loops::kAlibiFixedOffset : kLoops != Sm90Loops::kOnlineNoBias);
+    softcap_fixed_offset<kSoftcap, Element> && !sm90_checks_offset<kLoops> &&
+    (!kAlibi || kLoops == Sm90Loops::kAlibiFixedOffset);
 
 // Whether a tile whose walk takes loop alibi_loop (sm90_alibi_loop) fixes softcap's offset before it
-// (Softmax::fix_offset): exactly when that loop's softcap steps are sm90_fixed_offset_step's.
+// (Softmax::fix_offset): when that loop's softcap steps are sm90_fixed_offset_step's, and in the
+// checked kernels, whose first step tests it.
 template <bool Is_softcap, class Element, Sm90Loops kLoops = Sm90Loops::kPerTile>
 __device__ __forceinline__ bool sm90_fixes_offset(bool alibi_loop) {
+  if constexpr (sm90_checks_offset<kLoops>) return true;
   return alibi_loop ? sm90_fixed_offset_step<Is_softcap, Element, kLoops, true>
                     : sm90_fixed_offset_step<Is_softcap, Element, kLoops, false>;
 }
 
 // fwd_walk for the Hopper forwards, whose softcap case is a kernel's (Is_softcap): step(n_block,
-// is_masked, is_first, with_softcap, with_alibi), with_alibi (alibi_loop) where the head has an
-// ALiBi slope, or where a bf16 cap is too large for softcap's fixed-offset loop, in a loop of its
-// own. Decided in the step, the bias's branch would end ptxas's block between the tanh and the
+// is_masked, is_first, with_softcap, with_alibi, offset) (offset: StepOffset; a checked kernel's
+// walk needs a key block). with_alibi (alibi_loop) where the head has an ALiBi slope, or where a
+// bf16 cap is too large for softcap's fixed-offset loop, in a loop of its own. Decided in the step, the bias's branch would end ptxas's block between the tanh and the
 // exponentials (which then no longer interleave), and without softcap leave the MMA's scale of S
 // (the bias is its initial value) a run-time value: ptxas zeroes S before every Q K^T.
-template <bool Has_mods, bool Is_softcap, Sm90Loops kLoops = Sm90Loops::kPerTile, class Step>
+template <bool Has_mods, bool Is_softcap, class Element, Sm90Loops kLoops = Sm90Loops::kPerTile, class Step>
 __device__ __forceinline__ void fwd_walk_sm90(NBlockRange const& range, KeyBlockWalk const& walk, bool alibi_loop,
                                               Step&& step) {
   static_assert(Has_mods || kLoops == Sm90Loops::kPerTile);
+  using Softcap = cute::bool_constant<Is_softcap>;
+  auto walk_loop = [&](auto with_alibi) {
+    using Offset = StepOffset;
+    if constexpr (sm90_checks_offset<kLoops>) {
+      if (step(walk.n_block(0), cute::true_type{}, true, Softcap{}, with_alibi, cute::C<Offset::kChecked>{})) {
+        fwd_walk(range, walk, 1, step, Softcap{}, with_alibi, cute::C<Offset::kFixed>{});
+      } else {
+        fwd_walk(range, walk, 1, step, Softcap{}, with_alibi, cute::C<Offset::kOnline>{});
+      }
+    } else {
+      constexpr bool kFixed = sm90_fixed_offset_step<Is_softcap, Element, kLoops, decltype(with_alibi)::value>;
+      fwd_walk(range, walk, 0, step, Softcap{}, with_alibi, cute::C<kFixed ? Offset::kFixed : Offset::kOnline>{});
+    }
+  };
   if constexpr (Has_mods && !sm90_no_bias_loop_only<kLoops>) {
     if (sm90_alibi_loop_only<kLoops> || alibi_loop) {
-      fwd_walk(range, walk, step, cute::bool_constant<Is_softcap>{}, cute::true_type{});
+      walk_loop(cute::true_type{});
       return;
     }
   }
-  if constexpr (!sm90_alibi_loop_only<kLoops>) {
-    fwd_walk(range, walk, step, cute::bool_constant<Is_softcap>{}, cute::false_type{});
-  }
+  if constexpr (!sm90_alibi_loop_only<kLoops>) walk_loop(cute::false_type{});
 }
 
 }  // namespace flash_attn_cute

@@ -76,9 +76,9 @@ struct FwdKernelTraitsSm90 {
 
 // The warp-specialized Hopper forward (fwd_kernel_sm90_ws.h): warpgroup 0 loads, kConsumers
 // warpgroups compute, each on its own 64 query rows; K and V stream through kStages buffers each.
-// The score-mod variant's bf16 softcap takes three warp-specialized kernels (run_fwd_sm90_ws), each
-// of one loop (kLoops_): the fixed offset without and with ALiBi (with a tile of their own), and
-// the ALiBi loop's online softmax.
+// The score-mod variant's bf16 softcap takes four warp-specialized kernels (run_fwd_sm90_ws), each
+// of one loop (kLoops_), all with a tile of their own: the fixed offset without and with ALiBi,
+// and for larger caps the same checked on each tile's first key block (Sm90Loops).
 template <typename Element, Variant kVariant>
 inline constexpr bool kFwdWsSoftcapSplit = kVariant == Variant::kScoreMods && softcap_fixed_offset<true, Element>;
 
@@ -90,7 +90,8 @@ struct FwdKernelTraitsSm90Ws {
   static constexpr Variant kVariant = kVariant_;
 
   static constexpr Sm90Loops kLoops = kLoops_;
-  static constexpr bool kFixedOffset = kLoops == Sm90Loops::kNoBias || kLoops == Sm90Loops::kAlibiFixedOffset;
+  // The split softcap kernels' steps take the fixed offset (the checked ones where it holds).
+  static constexpr bool kFixedOffset = kLoops != Sm90Loops::kPerTile;
   static_assert(kLoops == Sm90Loops::kPerTile || kFwdWsSoftcapSplit<Element, kVariant>);
   static constexpr FwdTileShape kTile = fwd_sm90_ws_tile_shape(kHeadDim_, kFixedOffset);
   static constexpr int kHeadDim = kHeadDim_;

@@ -58,6 +58,9 @@ FLASH_HOST_DEVICE float exp2_fma(float x) {
 // its bias b at most the row's largest one, b_max (FwdMask::alibi_max_bias), which some key of the
 // row carries: offset + b_max * scale_log2 bounds every term from above as before, and that key's
 // term from below, so the row's sum stays a normal float; terms far below it may flush to 0.
+// A larger cap keeps the bound from above; the one from below then holds for a row whose largest
+// term reaches 2^kLeastLog2, which the kernels for such caps check on the first key block of each
+// tile (Softmax::fixed_offset_holds) and fall back to the running max where it does not.
 struct BoundedScores {
   static constexpr float kMostLog2 = 80.f;
   static constexpr float kLeastLog2 = -86.f;
@@ -92,6 +95,20 @@ struct Softmax {
     const float offset = BoundedScores::offset_log2(scale_log2) / scale_log2;
 #pragma unroll
     for (int mi = 0; mi < kNRows; ++mi) row_max(mi) = offset + row_bias(mi);
+  }
+
+  // For a cap too large for BoundedScores::fits, after fix_offset: whether this thread's rows of a
+  // tile's first key block (its scores tSrS_rc) each have a term at or above 2^kLeastLog2, so that
+  // the fixed offset holds for the rest of the walk (later blocks only add terms). Not a row whose
+  // block is all -inf.
+  template <class TensorS>
+  __device__ __forceinline__ bool fixed_offset_holds(TensorS const& tSrS_rc, float scale_log2) const {
+    bool holds = true;
+#pragma unroll
+    for (int mi = 0; mi < kNRows; ++mi) {
+      holds &= tile_row_max(tSrS_rc, mi) * scale_log2 - row_max(mi) * scale_log2 >= BoundedScores::kLeastLog2;
+    }
+    return holds;
   }
 
   // The max used as the exponent's offset. A row whose scores are all -inf so far (fully masked)

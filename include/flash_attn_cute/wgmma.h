@@ -77,6 +77,16 @@ __device__ __forceinline__ void named_barrier_sync(int id, int n_threads) {
 __device__ __forceinline__ void named_barrier_arrive(int id, int n_threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n_threads) : "memory");
 }
+// bar.red.and: whether pred holds in all n_threads threads (all of them, warp-uniform, take it).
+__device__ __forceinline__ bool named_barrier_all(int id, int n_threads, bool pred) {
+  int all;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.b32 p, %1, 0;\n bar.red.and.pred q, %2, %3, p;\n selp.b32 %0, 1, 0, q;\n}"
+      : "=r"(all)
+      : "r"(int(pred)), "r"(id), "r"(n_threads)
+      : "memory");
+  return warp_uniform(all) != 0;
+}
 
 // A ring of kStages shared-memory buffers between a producer warpgroup and the consumer
 // warpgroups. Use i of the ring (i = 0, 1, ...) fills buffer i % kStages. Producer: acquire(i)

@@ -1475,8 +1475,8 @@ void test_bounded_scores() {
 }
 
 // The Hopper forwards' softcap loops (fwd_mainloop.h): which exponentiate with BoundedScores' fixed
-// offset. bf16 only, and never in the kernels of larger caps (kOnlineNoBias, kAlibi): their online
-// softmax takes the running max. kOnlineNoBias holds the loop without a bias alone.
+// offset. bf16 only; in the kernels of larger caps (kCheckedNoBias, kCheckedAlibi) not always: their
+// first step checks it on every tile. kCheckedNoBias holds the loop without a bias alone.
 void test_softcap_loops() {
   using bf16 = cutlass::bfloat16_t;
   using fp16 = cutlass::half_t;
@@ -1487,11 +1487,15 @@ void test_softcap_loops() {
   CHECK((!sm90_fixed_offset_step<false, bf16, L::kPerTile, false>), "no softcap: online");
   CHECK((sm90_fixed_offset_step<true, bf16, L::kNoBias, false>), "kNoBias: the fixed offset");
   CHECK((sm90_fixed_offset_step<true, bf16, L::kAlibiFixedOffset, true>), "kAlibiFixedOffset: the fixed offset");
-  CHECK((!sm90_fixed_offset_step<true, bf16, L::kOnlineNoBias, false>), "kOnlineNoBias (caps above 57.5): online");
-  CHECK((!sm90_fixed_offset_step<true, bf16, L::kAlibi, true>), "kAlibi (caps above 57.5): online");
-  CHECK(sm90_no_bias_loop_only<L::kOnlineNoBias> && !sm90_alibi_loop_only<L::kOnlineNoBias>,
-        "kOnlineNoBias holds the loop without a bias alone");
-  CHECK(sm90_no_bias_loop_only<L::kNoBias> && sm90_alibi_loop_only<L::kAlibi> &&
+  CHECK((!sm90_fixed_offset_step<true, bf16, L::kCheckedNoBias, false>), "kCheckedNoBias (caps above 57.5): checked");
+  CHECK((!sm90_fixed_offset_step<true, bf16, L::kCheckedAlibi, true>), "kCheckedAlibi (caps above 57.5): checked");
+  CHECK(sm90_checks_offset<L::kCheckedNoBias> && sm90_checks_offset<L::kCheckedAlibi> &&
+            !sm90_checks_offset<L::kNoBias> && !sm90_checks_offset<L::kAlibiFixedOffset> &&
+            !sm90_checks_offset<L::kPerTile>,
+        "the checked kernels");
+  CHECK(sm90_no_bias_loop_only<L::kCheckedNoBias> && !sm90_alibi_loop_only<L::kCheckedNoBias>,
+        "kCheckedNoBias holds the loop without a bias alone");
+  CHECK(sm90_no_bias_loop_only<L::kNoBias> && sm90_alibi_loop_only<L::kCheckedAlibi> &&
             sm90_alibi_loop_only<L::kAlibiFixedOffset> && !sm90_no_bias_loop_only<L::kPerTile> &&
             !sm90_alibi_loop_only<L::kPerTile>,
         "the other kernels' loops");
