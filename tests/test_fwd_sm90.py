@@ -388,11 +388,11 @@ def test_softcap_over_the_range_of_caps(head_dim, causal, seqlens, scores, softc
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", [64, 96, 128, 256])
 def test_softcap_checked_offset_per_consumer(head_dim, causal, softcap, monkeypatch):
-    """bf16 caps above 57.5: the warp-specialized kernel keeps the fixed offset for a tile where
-    every row of a consumer's 64 reaches 2^-86 in its first key block, and falls back to the running
-    max where one does not (Softmax::fixed_offset_holds). Here query rows alternate, 64 at a time,
-    between random logits and logits near -cap for every key, and some rows mix both: in one tile
-    some consumers take the fixed offset and others the running max."""
+    """bf16 caps above 57.5: the warp-specialized kernel starts each tile on the running max and
+    moves to the fixed offset once every row of a consumer's 64 has a term of 2^-86 or more under it
+    (Softmax::offsets_reach); a consumer with a row that never does stays on the running max. Here
+    query rows alternate, 64 at a time, between random logits and logits near -cap for every key,
+    and some rows mix both: in one tile some consumers move and others do not."""
     _require_built(torch.bfloat16, head_dim, causal, "mods")
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
     torch.manual_seed(8)

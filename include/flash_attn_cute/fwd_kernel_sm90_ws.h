@@ -270,6 +270,13 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     const bool fixes_offset = sm90_fixes_offset<Is_softcap, Element, kLoops>(alibi_loop);
     [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
     Tensor tSrQ_tile = tSrQ(_, _, _, barriers.q.stage(q_use));  // (MMA, MMA_M, MMA_K): this tile's buffer
+    // bf16 softcap's fixed offsets (BoundedScores): from the start (fixes_offset), or the checked
+    // kernels' once the running max reaches them.
+    auto row_bias = [&](int mi) {
+      const int row = int(m_start) + get<0>(tScS_rc(mi, 0));
+      return sm90_alibi_loop_only<kLoops> ? mask.alibi_max_bias(row, alibi_slope) : 0.f;
+    };
+    [[maybe_unused]] const auto fixed_offsets = softmax.fixed_offsets(params.softmax_scale_log2, row_bias);
     clear(tOrO);
 
     // One key block: in a turn, O += P V of the previous block and S = Q K^T of this one; then
@@ -277,8 +284,9 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     // exponentials run while P V does: only O's rescale waits for it. Use i of the rings holds this
     // block's K and V. The score mods as in fwd_kernel.h: without softcap, ALiBi (where the head has
     // a slope) is S's initial value and Q K^T accumulates onto it; softcap's tanh comes first, then
-    // the bias. offset (StepOffset): kFixed, bf16 softcap's BoundedScores, whose softmax takes no
-    // max; kChecked, the consumer's vote on it (fwd_walk_sm90). Returns whether the offset was fixed.
+    // the bias. offset (StepOffset): kFixed, bf16 softcap's fixed offsets, whose softmax takes no
+    // max; kChecked, the running max, then the fixed offsets if all of the consumer's rows reach them
+    // (a vote). Returns whether the step ends on the fixed offsets.
     auto fwd_step = [&](int n_block, auto is_masked, bool is_first, auto with_softcap, auto with_alibi,
                         auto offset) __attribute__((always_inline)) {
       constexpr bool kSoftcap = decltype(with_softcap)::value;
@@ -332,13 +340,17 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       };
       bool fixed_offset = kOffset == StepOffset::kFixed;
       if constexpr (kOffset == StepOffset::kChecked) {
-        fixed_offset = named_barrier_all(kCheckBarrier + consumer, 128,
-                                         softmax.fixed_offset_holds(tSrS_rc, params.softmax_scale_log2));
-        if (fixed_offset) {
-          exponentiate(cute::true_type{});
-        } else {
-          exponentiate(cute::false_type{});
+        static_assert(decltype(is_masked)::value);
+        const float scale_log2 = params.softmax_scale_log2;
+        auto rescale = softmax.template step_offsets<true>(is_first, tSrS_rc, scale_log2);
+        fixed_offset = named_barrier_all(kCheckBarrier + consumer, 128, softmax.offsets_reach(fixed_offsets, scale_log2));
+        if (fixed_offset) softmax.move_to_fixed(fixed_offsets, scale_log2, rescale);
+        softmax.template exponentiate<true, kFmaExp2Every>(tSrS_rc, scale_log2);
+        if constexpr (kOverlap) {
+          warpgroup_mma_done(tOrO, tOrP);
+          if (!is_first) barriers.v.release(i - 1);
         }
+        softmax.rescale_by(rescale, tOrO_rc);
       } else {
         exponentiate(cute::bool_constant<kOffset == StepOffset::kFixed>{});
       }
@@ -355,14 +367,11 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
 
     const bool has_keys = range.n_block_max > range.n_block_min;
     if (has_keys) {
-      if (fixes_offset) {
-        softmax.fix_offset(params.softmax_scale_log2, [&](int mi) {
-          const int row = int(m_start) + get<0>(tScS_rc(mi, 0));
-          return sm90_alibi_loop_only<kLoops> ? mask.alibi_max_bias(row, alibi_slope) : 0.f;
-        });
-      }
+      if (fixes_offset) softmax.fix_offset(params.softmax_scale_log2, row_bias);
       const KeyBlockWalk walk = fwd_ws_walk<Traits, Is_causal>(params, range, tile.m_block, binfo);
-      fwd_walk_sm90<Has_mods, Is_softcap, Element, kLoops>(range, walk, alibi_loop, fwd_step);
+      // A checked kernel's tile: its rows span this many key blocks, in which each finds its first key.
+      constexpr int kCheckSteps = ceil_div(kBlockM, kBlockN) + 1;
+      fwd_walk_sm90<Has_mods, Is_softcap, Element, kLoops, kCheckSteps>(range, walk, alibi_loop, fwd_step);
       // The tile's Q K^T are done. With O in shared memory of its own, the producer may now load
       // a later tile's Q into the buffer.
       if constexpr (Traits::kSeparateO) barriers.q.release(q_use);

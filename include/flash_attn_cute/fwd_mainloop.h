@@ -85,8 +85,8 @@ FLASH_HOST_DEVICE bool fixed_offset_fits(bool has_alibi, float scale_log2) {
 // The loops of fwd_walk_sm90 that a kernel holds: both, chosen per tile (alibi_loop), or one. The
 // warp-specialized forward's bf16 softcap has a kernel for each of the last four
 // (run_fwd_sm90_ws): for caps that fit (BoundedScores), the fixed offset without ALiBi and the
-// fixed offset plus each row's largest ALiBi bias; for larger caps, the same two behind a check on
-// each tile's first key block (StepOffset::kChecked), with the online softmax where it fails (in
+// fixed offset plus each row's largest ALiBi bias; for larger caps, the same two once each tile's
+// first key blocks show that they hold (StepOffset::kChecked), the online softmax until then (in
 // the ALiBi loop, a slope of 0 where a head has none).
 enum class Sm90Loops { kPerTile, kNoBias, kAlibiFixedOffset, kCheckedNoBias, kCheckedAlibi };
 
@@ -99,9 +99,9 @@ template <Sm90Loops kLoops>
 inline constexpr bool sm90_checks_offset = kLoops == Sm90Loops::kCheckedNoBias || kLoops == Sm90Loops::kCheckedAlibi;
 
 // A Hopper step's exponent offset (its last case, a cute::C): BoundedScores' fixed offset, the
-// running max, or (kChecked, a checked kernel's first step) the fixed offset where the step's
-// scores show that it holds for the tile (Softmax::fixed_offset_holds), else the running max. The
-// step returns whether it took the fixed offset.
+// running max, or (kChecked, a checked kernel's first steps) the running max, then the fixed offset
+// where the running max shows that it holds for the rest of the tile (Softmax::offsets_reach). The
+// step returns whether it ends on the fixed offset.
 enum class StepOffset { kOnline, kFixed, kChecked };
 
 template <bool Is_softcap, class Element, Sm90Loops kLoops = Sm90Loops::kPerTile>
@@ -117,33 +117,41 @@ inline constexpr bool sm90_fixed_offset_step =
     (!kAlibi || kLoops == Sm90Loops::kAlibiFixedOffset);
 
 // Whether a tile whose walk takes loop alibi_loop (sm90_alibi_loop) fixes softcap's offset before it
-// (Softmax::fix_offset): when that loop's softcap steps are sm90_fixed_offset_step's, and in the
-// checked kernels, whose first step tests it.
+// (Softmax::fix_offset): exactly when that loop's softcap steps are sm90_fixed_offset_step's.
 template <bool Is_softcap, class Element, Sm90Loops kLoops = Sm90Loops::kPerTile>
 __device__ __forceinline__ bool sm90_fixes_offset(bool alibi_loop) {
-  if constexpr (sm90_checks_offset<kLoops>) return true;
   return alibi_loop ? sm90_fixed_offset_step<Is_softcap, Element, kLoops, true>
                     : sm90_fixed_offset_step<Is_softcap, Element, kLoops, false>;
 }
 
 // fwd_walk for the Hopper forwards, whose softcap case is a kernel's (Is_softcap): step(n_block,
-// is_masked, is_first, with_softcap, with_alibi, offset) (offset: StepOffset; a checked kernel's
-// walk needs a key block). with_alibi (alibi_loop) where the head has an ALiBi slope, or where a
-// bf16 cap is too large for softcap's fixed-offset loop, in a loop of its own. Decided in the step, the bias's branch would end ptxas's block between the tanh and the
+// is_masked, is_first, with_softcap, with_alibi, offset) (offset: StepOffset). with_alibi
+// (alibi_loop) where the head has an ALiBi slope, or where a bf16 cap is too large for softcap's
+// fixed-offset loop, in a loop of its own. A checked kernel checks on its first kCheckSteps steps
+// (masked, to find rows yet without a key): by then every row has seen its first keys (the tile's
+// rows span that many key blocks), and a tile whose offsets fail stays online. Decided in the step, the bias's branch would end ptxas's block between the tanh and the
 // exponentials (which then no longer interleave), and without softcap leave the MMA's scale of S
 // (the bias is its initial value) a run-time value: ptxas zeroes S before every Q K^T.
-template <bool Has_mods, bool Is_softcap, class Element, Sm90Loops kLoops = Sm90Loops::kPerTile, class Step>
+template <bool Has_mods, bool Is_softcap, class Element, Sm90Loops kLoops = Sm90Loops::kPerTile,
+          int kCheckSteps = 0, class Step>
 __device__ __forceinline__ void fwd_walk_sm90(NBlockRange const& range, KeyBlockWalk const& walk, bool alibi_loop,
                                               Step&& step) {
   static_assert(Has_mods || kLoops == Sm90Loops::kPerTile);
+  static_assert(!sm90_checks_offset<kLoops> || kCheckSteps > 0);
   using Softcap = cute::bool_constant<Is_softcap>;
   auto walk_loop = [&](auto with_alibi) {
     using Offset = StepOffset;
     if constexpr (sm90_checks_offset<kLoops>) {
-      if (step(walk.n_block(0), cute::true_type{}, true, Softcap{}, with_alibi, cute::C<Offset::kChecked>{})) {
-        fwd_walk(range, walk, 1, step, Softcap{}, with_alibi, cute::C<Offset::kFixed>{});
+      const int checks = walk.steps() < kCheckSteps ? walk.steps() : kCheckSteps;
+      bool fixed = false;
+      int s = 0;
+      for (; s < checks && !fixed; ++s) {
+        fixed = step(walk.n_block(s), cute::true_type{}, s == 0, Softcap{}, with_alibi, cute::C<Offset::kChecked>{});
+      }
+      if (fixed) {
+        fwd_walk(range, walk, s, step, Softcap{}, with_alibi, cute::C<Offset::kFixed>{});
       } else {
-        fwd_walk(range, walk, 1, step, Softcap{}, with_alibi, cute::C<Offset::kOnline>{});
+        fwd_walk(range, walk, s, step, Softcap{}, with_alibi, cute::C<Offset::kOnline>{});
       }
     } else {
       constexpr bool kFixed = sm90_fixed_offset_step<Is_softcap, Element, kLoops, decltype(with_alibi)::value>;

@@ -59,8 +59,8 @@ FLASH_HOST_DEVICE float exp2_fma(float x) {
 // row carries: offset + b_max * scale_log2 bounds every term from above as before, and that key's
 // term from below, so the row's sum stays a normal float; terms far below it may flush to 0.
 // A larger cap keeps the bound from above; the one from below then holds for a row whose largest
-// term reaches 2^kLeastLog2, which the kernels for such caps check on the first key block of each
-// tile (Softmax::fixed_offset_holds) and fall back to the running max where it does not.
+// term reaches 2^kLeastLog2: the kernels for such caps start each tile with the running max and
+// move to the fixed offset once every row's running max shows it (Softmax::offsets_reach).
 struct BoundedScores {
   static constexpr float kMostLog2 = 80.f;
   static constexpr float kLeastLog2 = -86.f;
@@ -87,28 +87,37 @@ struct Softmax {
     fill(row_sum, 0.f);
   }
 
-  // Bounded scores (BoundedScores): the exponent's offset fixed for every tile, before the first;
-  // the steps then take kFixedOffset, which takes no max and never rescales O. row_bias(mi): the
+  // Bounded scores (BoundedScores): the exponent's offsets fixed for a whole tile. row_bias(mi): the
   // largest bias on row mi's scores (ALiBi's b_max), 0 without one.
   template <class RowBias>
-  __device__ __forceinline__ void fix_offset(float scale_log2, RowBias&& row_bias) {
+  static __device__ __forceinline__ RowTensor fixed_offsets(float scale_log2, RowBias&& row_bias) {
     const float offset = BoundedScores::offset_log2(scale_log2) / scale_log2;
+    RowTensor offsets;
 #pragma unroll
-    for (int mi = 0; mi < kNRows; ++mi) row_max(mi) = offset + row_bias(mi);
+    for (int mi = 0; mi < kNRows; ++mi) offsets(mi) = offset + row_bias(mi);
+    return offsets;
   }
 
-  // For a cap too large for BoundedScores::fits, after fix_offset: whether this thread's rows of a
-  // tile's first key block (its scores tSrS_rc) each have a term at or above 2^kLeastLog2, so that
-  // the fixed offset holds for the rest of the walk (later blocks only add terms). Not a row whose
-  // block is all -inf.
-  template <class TensorS>
-  __device__ __forceinline__ bool fixed_offset_holds(TensorS const& tSrS_rc, float scale_log2) const {
-    bool holds = true;
+  // The fixed offsets before the first step: the steps then take kFixedOffset, which takes no max
+  // and never rescales O.
+  template <class RowBias>
+  __device__ __forceinline__ void fix_offset(float scale_log2, RowBias&& row_bias) {
+    const RowTensor offsets = fixed_offsets(scale_log2, row_bias);
+#pragma unroll
+    for (int mi = 0; mi < kNRows; ++mi) row_max(mi) = offsets(mi);
+  }
+
+  // For a cap too large for BoundedScores::fits, on the running max: whether each of this thread's
+  // rows has a term of 2^kLeastLog2 or more under the fixed offsets (its offset, at most its max,
+  // that far above them), so that they hold for the rest of the walk: later blocks only add terms.
+  // Not a row that has seen no key.
+  __device__ __forceinline__ bool offsets_reach(RowTensor const& fixed, float scale_log2) const {
+    bool reach = true;
 #pragma unroll
     for (int mi = 0; mi < kNRows; ++mi) {
-      holds &= tile_row_max(tSrS_rc, mi) * scale_log2 - row_max(mi) * scale_log2 >= BoundedScores::kLeastLog2;
+      reach &= row_max(mi) * scale_log2 - fixed(mi) * scale_log2 >= BoundedScores::kLeastLog2;
     }
-    return holds;
+    return reach;
   }
 
   // The max used as the exponent's offset. A row whose scores are all -inf so far (fully masked)
@@ -160,16 +169,38 @@ struct Softmax {
   template <bool Check_inf, int kFmaExp2Every = 0, bool kFixedOffset = false, class TensorS>
   __device__ __forceinline__ Rescale step_exp(bool is_first, TensorS& tSrS_rc, float scale_log2) {
     Rescale rescale;
-    auto keep_factor = [&](int mi, float factor) { rescale.factor(mi) = factor; };
     if constexpr (kFixedOffset) {
       rescale.needed = false;
     } else {
-      rescale.needed = is_first ? move_offsets<true, Check_inf>(tSrS_rc, scale_log2, keep_factor)
-                                : move_offsets<false, Check_inf>(tSrS_rc, scale_log2, keep_factor);
+      rescale = step_offsets<Check_inf>(is_first, tSrS_rc, scale_log2);
     }
     exponentiate<Check_inf, kFmaExp2Every>(tSrS_rc, scale_log2);
     return rescale;
   }
+
+  // step_exp's offsets alone (on the running max), for a caller that may move them again.
+  template <bool Check_inf, class TensorS>
+  __device__ __forceinline__ Rescale step_offsets(bool is_first, TensorS const& tSrS_rc, float scale_log2) {
+    Rescale rescale;
+    auto keep_factor = [&](int mi, float factor) { rescale.factor(mi) = factor; };
+    rescale.needed = is_first ? move_offsets<true, Check_inf>(tSrS_rc, scale_log2, keep_factor)
+                              : move_offsets<false, Check_inf>(tSrS_rc, scale_log2, keep_factor);
+    return rescale;
+  }
+
+  // Moves the offsets to the fixed ones (offsets_reach), rescaling the sums here and adding O's
+  // factors to rescale (the step's, from step_offsets).
+  __device__ __forceinline__ void move_to_fixed(RowTensor const& fixed, float scale_log2, Rescale& rescale) {
+#pragma unroll
+    for (int mi = 0; mi < kNRows; ++mi) {
+      const float factor = exp2f(row_max(mi) * scale_log2 - fixed(mi) * scale_log2);
+      row_max(mi) = fixed(mi);
+      row_sum(mi) *= factor;
+      rescale.factor(mi) = rescale.needed ? rescale.factor(mi) * factor : factor;
+    }
+    rescale.needed = true;
+  }
+
   template <class TensorO>
   static __device__ __forceinline__ void rescale_by(Rescale const& rescale, TensorO& tOrO_rc) {
     if (!rescale.needed) return;
