@@ -127,11 +127,12 @@ __device__ __forceinline__ bool sm90_fixes_offset(bool alibi_loop) {
 // fwd_walk for the Hopper forwards, whose softcap case is a kernel's (Is_softcap): step(n_block,
 // is_masked, is_first, with_softcap, with_alibi, offset) (offset: StepOffset). with_alibi
 // (alibi_loop) where the head has an ALiBi slope, or where a bf16 cap is too large for softcap's
-// fixed-offset loop, in a loop of its own. A checked kernel checks on its first kCheckSteps steps
-// (masked, to find rows yet without a key): by then every row has seen its first keys (the tile's
-// rows span that many key blocks), and a tile whose offsets fail stays online. Decided in the step, the bias's branch would end ptxas's block between the tanh and the
-// exponentials (which then no longer interleave), and without softcap leave the MMA's scale of S
-// (the bias is its initial value) a run-time value: ptxas zeroes S before every Q K^T.
+// fixed-offset loop, in a loop of its own. Decided in the step, the bias's branch would end ptxas's
+// block between the tanh and the exponentials (which then no longer interleave), and without
+// softcap leave the MMA's scale of S (the bias is its initial value) a run-time value: ptxas zeroes
+// S before every Q K^T. A checked kernel checks on its first kCheckSteps steps (masked: rows may
+// have no key yet): by then every row has seen its first keys (the tile's rows span that many key
+// blocks), and a tile whose offsets still fail stays online.
 template <bool Has_mods, bool Is_softcap, class Element, Sm90Loops kLoops = Sm90Loops::kPerTile,
           int kCheckSteps = 0, class Step>
 __device__ __forceinline__ void fwd_walk_sm90(NBlockRange const& range, KeyBlockWalk const& walk, bool alibi_loop,
