@@ -306,8 +306,8 @@ def test_warp_specialized_tma_and_cp_async_loads_agree(head_dim, causal, layout,
     """The warp-specialized kernel loads Q, K and V by TMA where the tensors allow it and with cp.async
     elsewhere (FLASH_ATTN_CUTE_SM90_TMA=0 forces cp.async, =require fails a launch that cannot use
     TMA): both fill shared memory alike (zeros past each sequence's end and past head_dim), so the
-    outputs and LSEs are bitwise equal, and right. Softcap 30 and 60: bf16's fixed-offset and online
-    softmax kernels."""
+    outputs and LSEs are bitwise equal, and right. Softcap 30 and 60: bf16's fixed-offset and checked
+    kernels."""
     variant = "mods" if softcap else "plain"
     _require_built(torch.bfloat16, head_dim, causal, variant)
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
@@ -326,7 +326,7 @@ def test_warp_specialized_tma_and_cp_async_loads_agree(head_dim, causal, layout,
     _check(q, k, v, causal, out, lse, softcap=softcap)
 
 
-@pytest.mark.parametrize("softcap", [0.0, 30.0, 60.0], ids=["plain", "softcap", "softcap60"])
+@pytest.mark.parametrize("softcap", [0.0, 30.0, 60.0, 200.0], ids=["plain", "softcap", "softcap60", "softcap200"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", [64, 96, 128, 192, 256])
 def test_warp_specialized_rescales_o_as_later_key_blocks_score_higher(head_dim, causal, softcap, monkeypatch):
@@ -334,7 +334,8 @@ def test_warp_specialized_rescales_o_as_later_key_blocks_score_higher(head_dim, 
     keys, so the row max keeps outgrowing the exponent's offset and O is rescaled at later steps (the
     lazy rescale, which at head dim 128 waits for the previous block's P V while the step's
     exponentials run). Random scores rarely move the offset after the first block. bf16 softcap
-    rescales only with a cap above 57.5 (its online softmax; smaller caps take a fixed offset)."""
+    rescales only on the running max: at a cap of 200 (at 60 its kernel moves to the fixed offset at
+    once, and the growing terms test that offset's bound from above; smaller caps take it always)."""
     variant = "mods" if softcap else "plain"
     _require_built(torch.bfloat16, head_dim, causal, variant)
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
@@ -357,10 +358,12 @@ def test_warp_specialized_rescales_o_as_later_key_blocks_score_higher(head_dim, 
 @pytest.mark.parametrize("head_dim", [64, 96, 128, 256])
 def test_softcap_over_the_range_of_caps(head_dim, causal, seqlens, scores, softcap, hopper_kernel):
     """bf16 softcap needs no running max: its logits lie in (-cap, cap), so up to a cap of 57.5 the
-    Hopper kernels exponentiate with one fixed offset (softmax.h's BoundedScores), and larger caps
-    take the online softmax. all_near_minus_cap: every logit of a row sits near -cap, where that
-    offset gives the smallest terms (2^-86 at a cap of 57.5; O is their weighted sum of V). Causal
-    1023 x 300: the first rows see no key (O = 0, LSE = +inf)."""
+    Hopper kernels exponentiate with one fixed offset (softmax.h's BoundedScores); larger caps start
+    on the running max and move to that offset once each row has a term of 2^-86 or more under it
+    (random logits at a cap of 58; not at 200, nor all_near_minus_cap). all_near_minus_cap: every
+    logit of a row sits near -cap, where that offset gives the smallest terms (2^-86 at a cap of
+    57.5; O is their weighted sum of V). Causal 1023 x 300: the first rows see no key (O = 0,
+    LSE = +inf)."""
     _require_built(torch.bfloat16, head_dim, causal, "mods")
     ws = _require_kernel(hopper_kernel, head_dim)
     torch.manual_seed(5)
@@ -423,8 +426,8 @@ SIGNED_SLOPES = [1.0, 0.25, 2.0 ** -5, 0.0, -0.01, -2.0 ** -7, 0.5, 2.0 ** -8]
 def test_softcap_alibi_over_slopes_and_windows(head_dim, causal, seqlens, window, softcap, scores, hopper_kernel):
     """bf16 softcap with ALiBi: up to a cap of 57.5 each row exponentiates with one fixed offset,
     BoundedScores' plus the row's largest bias (FwdMask::alibi_max_bias: on the visible key nearest
-    the row's diagonal, or the farthest for a negative slope); a cap of 58 takes the online
-    softmax. Non-causal 1023 x 300: most rows' diagonals lie past the last key, so their nearest key
+    the row's diagonal, or the farthest for a negative slope); a cap of 58 takes the checked
+    kernel (the running max, then that offset). Non-causal 1023 x 300: most rows' diagonals lie past the last key, so their nearest key
     is hundreds of positions away (with the window, many rows see no key: O = 0, LSE = +inf)."""
     _require_built(torch.bfloat16, head_dim, kernel_causal(causal, window), "mods")
     ws = _require_kernel(hopper_kernel, head_dim)
@@ -455,7 +458,8 @@ def test_warp_specialized_alibi_walk_varlen(head_dim, dtype, mods, monkeypatch):
     """Non-causal ALiBi tiles walk their key blocks from their diagonal's block up, then down
     (KeyBlockWalk), the producer's loads in the same order (cp.async: varlen): sequences whose
     diagonals lie before, inside and past their keys, empty ones, slopes of both signs; softcap's
-    fixed-offset ALiBi loop (bf16, cap 30) and online one (fp16, or a cap of 60) too."""
+    fixed-offset ALiBi loop (bf16, cap 30), the online one (fp16) and the checked one (a cap of 60)
+    too."""
     _require_built(dtype, head_dim, False, "mods")
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
     torch.manual_seed(7)

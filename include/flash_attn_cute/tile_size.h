@@ -100,7 +100,8 @@ constexpr int fwd_sm90_ctas_per_sm(int kernel_head_dim, Variant variant) {
 // against 0.79-0.87; hdim 96 0.93-0.94 / 0.91-0.92 against 0.86 / 0.85-0.86 (with 128-key steps
 // 0.82-0.83 / 0.84-0.87: S spilled into the key loop); hdim 64 0.89-0.99 against 0.80-0.84. With
 // three, ALiBi and dropout were 2-4 % slower (session 30) and softcap's online loop (ALiBi, larger
-// caps) gained nothing: they keep two.
+// caps) gained nothing: they keep two. Since session 37 the larger caps' kernels take the fixed
+// offset once it holds (Sm90Loops' checked kernels), and this tile with it.
 constexpr bool fwd_sm90_warp_specialized(int kernel_head_dim) { return kernel_head_dim >= 64; }
 constexpr FwdTileShape fwd_sm90_ws_tile_shape(int kernel_head_dim, bool softcap_fixed_offset = false) {
   if (softcap_fixed_offset && kernel_head_dim >= 64 && kernel_head_dim <= 128) return {192, kernel_head_dim == 64 ? 128 : 64, 16};
