@@ -140,7 +140,7 @@ __device__ __forceinline__ void fwd_walk_sm90(NBlockRange const& range, KeyBlock
   static_assert(Has_mods || kLoops == Sm90Loops::kPerTile);
   static_assert(!sm90_checks_offset<kLoops> || kCheckSteps > 0);
   using Softcap = cute::bool_constant<Is_softcap>;
-  auto walk_loop = [&](auto with_alibi) {
+  auto walk_loop = [&](auto with_alibi) __attribute__((always_inline)) {
     using Offset = StepOffset;
     if constexpr (sm90_checks_offset<kLoops>) {
       const int checks = walk.steps() < kCheckSteps ? walk.steps() : kCheckSteps;
