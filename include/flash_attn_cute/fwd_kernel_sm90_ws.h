@@ -325,34 +325,30 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
           tSrS, tScS, int(m_start), n_block * kBlockN, mask, params.softcap, alibi_slope);
       Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
       constexpr int kFmaExp2Every = Traits::fma_exp2_every(kSoftcap);
-      auto exponentiate = [&](auto fixed) {
-        constexpr bool kFixedOffset = decltype(fixed)::value;
-        if constexpr (kOverlap) {
-          const auto rescale = softmax.template step_exp<decltype(is_masked)::value, kFmaExp2Every, kFixedOffset>(
-              is_first, tSrS_rc, params.softmax_scale_log2);
-          warpgroup_mma_done(tOrO, tOrP);
-          if (!is_first) barriers.v.release(i - 1);
-          softmax.rescale_by(rescale, tOrO_rc);
-        } else {
-          softmax.template rescale_o<decltype(is_masked)::value, kFmaExp2Every, kFixedOffset>(
-              is_first, tSrS_rc, tOrO_rc, params.softmax_scale_log2);
-        }
-      };
-      bool fixed_offset = kOffset == StepOffset::kFixed;
-      if constexpr (kOffset == StepOffset::kChecked) {
-        static_assert(decltype(is_masked)::value);
-        const float scale_log2 = params.softmax_scale_log2;
-        auto rescale = softmax.template step_offsets<true>(is_first, tSrS_rc, scale_log2);
-        fixed_offset = named_barrier_all(kCheckBarrier + consumer, 128, softmax.offsets_reach(fixed_offsets, scale_log2));
-        if (fixed_offset) softmax.move_to_fixed(fixed_offsets, scale_log2, rescale);
-        softmax.template exponentiate<true, kFmaExp2Every>(tSrS_rc, scale_log2);
+      constexpr bool kMasked = decltype(is_masked)::value;
+      const float scale_log2 = params.softmax_scale_log2;
+      // O's rescale, once its P V is done (with kOverlap it ran during the exponentials).
+      auto rescale_o_after_pv = [&](auto const& rescale) __attribute__((always_inline)) {
         if constexpr (kOverlap) {
           warpgroup_mma_done(tOrO, tOrP);
           if (!is_first) barriers.v.release(i - 1);
         }
         softmax.rescale_by(rescale, tOrO_rc);
+      };
+      bool fixed_offset = kOffset == StepOffset::kFixed;
+      if constexpr (kOffset == StepOffset::kChecked) {
+        static_assert(kMasked);
+        auto rescale = softmax.template step_offsets<true>(is_first, tSrS_rc, scale_log2);
+        fixed_offset = named_barrier_all(kCheckBarrier + consumer, 128, softmax.offsets_reach(fixed_offsets, scale_log2));
+        if (fixed_offset) softmax.move_to_fixed(fixed_offsets, scale_log2, rescale);
+        softmax.template exponentiate<true, kFmaExp2Every>(tSrS_rc, scale_log2);
+        rescale_o_after_pv(rescale);
+      } else if constexpr (kOverlap) {
+        rescale_o_after_pv(softmax.template step_exp<kMasked, kFmaExp2Every, kOffset == StepOffset::kFixed>(
+            is_first, tSrS_rc, scale_log2));
       } else {
-        exponentiate(cute::bool_constant<kOffset == StepOffset::kFixed>{});
+        softmax.template rescale_o<kMasked, kFmaExp2Every, kOffset == StepOffset::kFixed>(is_first, tSrS_rc, tOrO_rc,
+                                                                                         scale_log2);
       }
       Tensor rP = convert_type<Element>(tSrS);  // (MMA, MMA_M, MMA_N)
       if constexpr (Is_dropout) {
@@ -494,10 +490,10 @@ cudaError_t run_fwd_sm90_ws(FwdParams const& params, cudaStream_t stream) {
   if constexpr (kVariant != Variant::kPlain) {
     if (params.softcap > 0.f) {
       // The fixed offset where the cap fits, without and with ALiBi, in kernels of their own (their
-      // tile: tile_size.h); larger caps take the same checked on each tile's first key block, with the
-      // online softmax where the check fails (Sm90Loops), without and with ALiBi (session 35, hdim
-      // 128, a cap of 60 at 16k tokens: the ALiBi loop's bias of 0 in every step cost 2 % causal and
-      // 5 % non-causal).
+      // tile: tile_size.h); larger caps take the same once each tile's running max reaches it, with
+      // the online softmax until then (Sm90Loops' checked kernels), without and with ALiBi (session
+      // 35, hdim 128, a cap of 60 at 16k tokens: the ALiBi loop's bias of 0 in every step cost 2 %
+      // causal and 5 % non-causal).
       if constexpr (kFwdWsSoftcapSplit<Element, kVariant>) {
         auto launch = [&](auto loops) {
           using SplitTraits = FwdKernelTraitsSm90Ws<kHeadDim, Element, kVariant, decltype(loops)::value>;

@@ -78,7 +78,7 @@ struct FwdKernelTraitsSm90 {
 // warpgroups compute, each on its own 64 query rows; K and V stream through kStages buffers each.
 // The score-mod variant's bf16 softcap takes four warp-specialized kernels (run_fwd_sm90_ws), each
 // of one loop (kLoops_), all with a tile of their own: the fixed offset without and with ALiBi,
-// and for larger caps the same checked on each tile's first key block (Sm90Loops).
+// and for larger caps the same once each tile's running max reaches it (Sm90Loops).
 template <typename Element, Variant kVariant>
 inline constexpr bool kFwdWsSoftcapSplit = kVariant == Variant::kScoreMods && softcap_fixed_offset<true, Element>;
 
