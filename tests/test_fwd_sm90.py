@@ -288,6 +288,34 @@ def test_warp_specialized_tiles_of_every_size(causal, monkeypatch):
     check(q)
 
 
+# (causal, window_size, ALiBi) of test_warp_specialized_tiles_without_keys_among_tiles_with_keys
+NO_KEY_TILES = [(True, (-1, -1), False), (False, (100, 10), False), (False, (100, 10), True)]
+
+
+@pytest.mark.parametrize("causal, window, alibi", NO_KEY_TILES, ids=["causal", "window", "window_alibi"])
+def test_warp_specialized_tiles_without_keys_among_tiles_with_keys(causal, window, alibi, monkeypatch):
+    """Far fewer keys than queries (bottom-right aligned): the top six of each head's eight row
+    blocks see no key (O = 0, LSE = +inf). With 1024 tiles over the persistent CTAs, a CTA's tiles
+    with keys and without follow each other (causal: the bottom row blocks first; the window's
+    tiles go head by head, so both ways). A tile without keys gets a Q buffer but no K or V, and
+    the tiles after it must still find their own (TMA loads: not varlen)."""
+    seqlen_q, seqlen_k, nheads = 1024, 200, 16
+    slopes = torch.rand(nheads, device="cuda", dtype=torch.float32) * 0.3 if alibi else None
+    variant = kernel_variant(window, 0.0, "per_head" if alibi else None, causal, seqlen_k)
+    _require_built(torch.bfloat16, 128, kernel_causal(causal, window), variant)
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
+    q = _randn(8, seqlen_q, nheads, 128, dtype=torch.bfloat16)
+    k, v = (_randn(8, seqlen_k, 4, 128, dtype=torch.bfloat16) for _ in range(2))
+    out = torch.empty_like(q)
+    mods = dict(window_size=window, alibi_slopes=slopes)
+    call = lambda: fac.fwd(q, k, v, out=out, causal=causal, **mods)  # noqa: E731
+    assert _takes_hopper_kernel(call, ws=True)
+    out.fill_(float("nan"))
+    _, lse = call()
+    assert (lse[:, :, : 6 * 128] == float("inf")).all(), "the top row blocks see no key"
+    _check(q, k, v, causal, out, lse, **mods)
+
+
 def _layout(layout, batch, seqlen, nheads, head_dim, dtype):
     """A (batch, seqlen, nheads, head_dim) tensor with the strides of one memory layout."""
     if layout == "bshd":
