@@ -9,8 +9,9 @@ brackets the row's speed against the same tree's plain row of that causality (fe
 
 Rows: 16k tokens (batch x seqlen; seqlen 16k but on the 1k / 2k rows), head dim 128 with 16 heads,
 96 with 21, 64 with 32; softcap 30 (50 and 60 on their own rows: the fixed-offset softmax's bound
-lies between them; 200, where random scores keep the checked kernels on the running max), ALiBi slopes rand(heads) x 0.1, dropout 0.1, windows (1024, 0) and (512, 512)
-(against full attention: how many times faster). --sdpa adds torch's FLASH_ATTENTION and
+lies between them; 200, where random scores keep the checked kernels on the running max), ALiBi
+slopes rand(heads) x 0.1, dropout 0.1, windows (1024, 0) and (512, 512) (against full attention:
+how many times faster). --sdpa adds torch's FLASH_ATTENTION and
 CUDNN_ATTENTION backends on the plain rows (timed in the first tree's process). --backward times
 forward + backward instead (a gradient for q, k and v; the trees need the backward built).
 --cooldown (seconds, default 1) idles the GPU before each timing: at the board's power limit a row's

@@ -1475,8 +1475,9 @@ void test_bounded_scores() {
 }
 
 // The Hopper forwards' softcap loops (fwd_mainloop.h): which exponentiate with BoundedScores' fixed
-// offset. bf16 only; in the kernels of larger caps (kCheckedNoBias, kCheckedAlibi) not always: their
-// first step checks it on every tile. kCheckedNoBias holds the loop without a bias alone.
+// offset. bf16 only; in the kernels of larger caps (kCheckedNoBias, kCheckedAlibi) not always: each
+// tile takes it once its first few steps show that it holds. kCheckedNoBias holds the loop without
+// a bias alone.
 void test_softcap_loops() {
   using bf16 = cutlass::bfloat16_t;
   using fp16 = cutlass::half_t;
