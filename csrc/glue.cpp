@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 
+#include "flash_attn_cute/bounded_scores.h"
 #include "flash_attn_cute/bwd_api.h"
 #include "flash_attn_cute/fwd_api.h"
 #include "flash_attn_cute/split_kv.h"
@@ -161,18 +162,17 @@ std::vector<at::Tensor> choose_splits(FwdParams& params, Problem const& p, at::T
 }
 
 // One counter per (device, stream) that the kernel leaves at 0, so that a call neither allocates
-// nor zeroes one (session 28: that was a tensor and a fill launch per call). Keyed by the stream's
+// nor zeroes one (session 28: that was a tensor and a fill launch per call): the tile counter, then
+// the redo passes' state (FwdParams::redo_state), which they leave at 0 too. Keyed by the stream's
 // id (cudaStreamGetId: never reused within the process, unlike a destroyed stream's handle, whose
 // kernels may still run), and at most kMaxStreamCounters of them; never freed (at exit, CUDA may be
-// gone before static destructors run). A stream being captured into a graph gets a fresh zeroed
-// counter: replays may run concurrently on other streams.
+// gone before static destructors run). A stream being captured into a graph gets fresh zeroed
+// counters: replays may run concurrently on other streams.
 constexpr size_t kMaxStreamCounters = 64;
+constexpr int64_t kStreamCounterInts = 3;
 
-std::optional<at::Tensor> tile_counter(FwdParams& params, Problem const& p, at::Tensor const& q) {
-  // run_fwd_dispatch's test for the Hopper kernels: split-KV calls (decoding) need no counter.
-  const bool ws = fwd_sm90_warp_specialized(fwd_kernel_head_dim(int(p.head_dim)));
-  if (!params.use_sm90 || params.uses_split_kernel() || !ws) return std::nullopt;
-  auto zeroed = [&] { return at::zeros({1}, q.options().dtype(at::kInt)); };  // on the launch's stream
+static at::Tensor stream_counters(at::Tensor const& q) {
+  auto zeroed = [&] { return at::zeros({kStreamCounterInts}, q.options().dtype(at::kInt)); };  // on the launch's stream
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();  // the launch's
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusActive;
   unsigned long long stream_id = 0;
@@ -188,14 +188,27 @@ std::optional<at::Tensor> tile_counter(FwdParams& params, Problem const& p, at::
     if (it == counters->end() && counters->size() < kMaxStreamCounters) {
       it = counters->emplace(key, zeroed()).first;
     }
-    if (it != counters->end()) {
-      params.tile_counter = it->second.data_ptr<int>();
-      return it->second;
-    }
+    if (it != counters->end()) return it->second;
   }
-  at::Tensor counter = zeroed();
-  params.tile_counter = counter.data_ptr<int>();
-  return counter;
+  return zeroed();
+}
+
+std::vector<at::Tensor> ws_scratch(FwdParams& params, Problem const& p, at::Tensor const& q) {
+  // run_fwd_dispatch's test for the Hopper kernels: split-KV calls (decoding) need no counter.
+  const bool ws = fwd_sm90_warp_specialized(fwd_kernel_head_dim(int(p.head_dim)));
+  if (!params.use_sm90 || params.uses_split_kernel() || !ws) return {};
+  at::Tensor counters = stream_counters(q);
+  params.tile_counter = counters.data_ptr<int>();
+  if (params.dtype != DType::kBFloat16 || params.softcap <= 0.f || !BoundedScores::listed(params.softmax_scale_log2)) {
+    return {counters};
+  }
+  // Room for one entry per 64-row consumer of every tile: ceil(seqlen_q / kBlockM) * kBlockM / 64
+  // is at most ceil(seqlen_q / 64) + 2 for the tiles of up to 192 rows.
+  params.redo_state = params.tile_counter + 1;
+  params.redo_capacity = (int64_t(params.seqlen_q + 63) / 64 + 2) * params.batch * params.heads;
+  at::Tensor listed = at::empty({params.redo_capacity}, q.options().dtype(at::kInt));
+  params.redo_tiles = listed.data_ptr<int>();
+  return {counters, listed};
 }
 
 FwdRows forward_rows(Problem& p, at::Tensor const& q, at::Tensor const& out, ScoreMods const& mods) {

@@ -112,10 +112,11 @@ FwdRows forward_rows(Problem& p, at::Tensor const& q, at::Tensor const& out, Sco
 // one per key block), 0 lets num_splits_heuristic decide. Allocates the partial outputs the split
 // kernel writes when there is more than one split; keep the returned tensors until the launch.
 std::vector<at::Tensor> choose_splits(FwdParams& params, Problem const& p, at::Tensor const& lse, int64_t requested);
-// The warp-specialized Hopper forward's tile counter (FwdParams::tile_counter), where that kernel
-// may run (after choose_splits, which decides the split-KV calls); the tensor must live until the
-// launch.
-std::optional<at::Tensor> tile_counter(FwdParams& params, Problem const& p, at::Tensor const& q);
+// The warp-specialized Hopper forward's tile counter (FwdParams::tile_counter) and, for bf16 caps
+// that take the listing and redo passes, their state and list (FwdParams::redo_tiles), where that
+// kernel may run (after choose_splits, which decides the split-KV calls); the tensors must live
+// until the launch.
+std::vector<at::Tensor> ws_scratch(FwdParams& params, Problem const& p, at::Tensor const& q);
 
 // Decoding one query row with GQA: the query heads that share a KV head become the rows of one
 // problem (FA2's seqlenq_ngroups_swapped), so each K / V block is read once per KV head. q and out

@@ -142,7 +142,7 @@ at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tenso
   if (block_table) set_paged_kv(params, *block_table, k_cache, v_cache);
   TORCH_CHECK(num_splits >= 0, "flash_attn_cute: num_splits must be >= 0");
   const std::vector<at::Tensor> split_buffers = choose_splits(params, p, rows.lse, num_splits);
-  const std::optional<at::Tensor> counter = tile_counter(params, p, q);
+  const std::vector<at::Tensor> scratch = ws_scratch(params, p, q);
   const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(err == cudaSuccess, "flash_attn_cute: forward kernel launch failed: ", cudaGetErrorString(err));
   return rows.caller_lse();

@@ -9,11 +9,12 @@ brackets the row's speed against the same tree's plain row of that causality (fe
 
 Rows: 16k tokens (batch x seqlen; seqlen 16k but on the 1k / 2k rows), head dim 128 with 16 heads,
 96 with 21, 64 with 32; softcap 30 (50 and 60 on their own rows: the fixed-offset softmax's bound
-lies between them; 200, where random scores keep the checked kernels on the running max), ALiBi
-slopes rand(heads) x 0.1, dropout 0.1, windows (1024, 0) and (512, 512) (against full attention:
-how many times faster). --sdpa adds torch's FLASH_ATTENTION and
-CUDNN_ATTENTION backends on the plain rows (timed in the first tree's process). --backward times
-forward + backward instead (a gradient for q, k and v; the trees need the backward built).
+lies between them; 100, the largest cap that the listing pass takes; 200, where random scores keep
+the checked kernels on the running max), ALiBi slopes rand(heads) x 0.1, dropout 0.1, windows
+(1024, 0) and (512, 512) (against full attention: how many times faster). --sdpa adds torch's
+FLASH_ATTENTION and CUDNN_ATTENTION backends on the plain rows (timed in the first tree's
+process). --backward times forward + backward instead (a gradient for q, k and v; the trees need
+the backward built).
 --cooldown (seconds, default 1) idles the GPU before each timing: at the board's power limit a row's
 clock depends on the load just before it (session 34: without it the plain causal row read 2.0 ms
 after the dropout rows, 1.82 ms after 2 s idle, and dropout's cost looked 8 % smaller).
@@ -38,6 +39,9 @@ ROWS = {  # name: (head dim, causal, keyword arguments of flash_attn_func; "seql
     "h128 causal softcap+alibi": (128, True, {"softcap": 30.0, "alibi": True}),
     "h128 full softcap+alibi": (128, False, {"softcap": 30.0, "alibi": True}),
     "h128 causal softcap60+alibi": (128, True, {"softcap": 60.0, "alibi": True}),
+    "h128 full softcap60+alibi": (128, False, {"softcap": 60.0, "alibi": True}),
+    "h128 causal softcap100": (128, True, {"softcap": 100.0}),
+    "h128 causal softcap60 1k": (128, True, {"softcap": 60.0, "seqlen": 1024}),
     "h128 full dropout+alibi": (128, False, {"dropout_p": 0.1, "alibi": True}),
     "h128 causal alibi": (128, True, {"alibi": True}),
     "h128 full alibi": (128, False, {"alibi": True}),

@@ -415,19 +415,10 @@ def test_softcap_over_the_range_of_caps(head_dim, causal, seqlens, scores, softc
     _check(q, k, v, causal, out, lse, softcap=softcap)
 
 
-@pytest.mark.parametrize("softcap", [58.0, 60.0, 100.0])
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [64, 96, 128, 256])
-def test_softcap_checked_offset_per_consumer(head_dim, causal, softcap, monkeypatch):
-    """bf16 caps above 57.5: the warp-specialized kernel starts each tile on the running max and
-    moves to the fixed offset once every row of a consumer's 64 has a term of 2^-86 or more under it
-    (Softmax::offsets_reach); a consumer with a row that never does stays on the running max. Here
-    query rows alternate, 64 at a time, between random logits and logits near -cap for every key,
-    and some rows mix both: in one tile some consumers move and others do not."""
-    _require_built(torch.bfloat16, head_dim, causal, "mods")
-    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
-    torch.manual_seed(8)
-    batch, seqlen, nheads, nheads_k, d, f32 = 2, 1000, 8, 2, head_dim, torch.float32
+def _mixed_logit_rows(batch, seqlen, nheads, nheads_k, d):
+    """q, k, v whose query rows alternate, 64 at a time, between random logits and logits near -cap
+    for every key (keys near one direction u, those queries along -u), some rows mixing both."""
+    f32 = torch.float32
     u = _randn(1, 1, 1, d, dtype=f32)
     k = (u + 0.3 * _randn(batch, seqlen, nheads_k, d, dtype=f32)).to(torch.bfloat16)
     v = _randn(batch, seqlen, nheads_k, d, dtype=torch.bfloat16)
@@ -435,10 +426,71 @@ def test_softcap_checked_offset_per_consumer(head_dim, causal, softcap, monkeypa
     low = ((rows // 64) % 2 == 0) | (rows % 97 == 5)  # (seqlen,): rows whose logits sit near -cap
     q = torch.where(low[None, :, None, None], -30.0 * u, 3.0 * _randn(batch, seqlen, nheads, d, dtype=f32))
     q = (q + 0.1 * _randn(batch, seqlen, nheads, d, dtype=f32)).to(torch.bfloat16)
+    return q, k, v
+
+
+@pytest.mark.parametrize("softcap", [58.0, 60.0, 100.0, 150.0])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 96, 128, 256])
+def test_softcap_checked_offset_per_consumer(head_dim, causal, softcap, monkeypatch):
+    """bf16 caps above 57.5, where the fixed offset holds only for rows with a term of 2^-86 or
+    more under it. Up to a cap of 100 the fixed-offset kernel runs first and lists each tile with a
+    consumer whose rows' sums do not show one (Softmax::sums_reach); the checked kernel then redoes
+    the listed tiles. It alone takes larger caps: each tile starts on the running max and moves to
+    the fixed offset once every row of a consumer's 64 shows it (Softmax::offsets_reach); a consumer
+    with a row that never does stays on the running max. The rows of _mixed_logit_rows: in one tile
+    some consumers hold and others do not."""
+    _require_built(torch.bfloat16, head_dim, causal, "mods")
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
+    torch.manual_seed(8)
+    q, k, v = _mixed_logit_rows(2, 1000, 8, 2, head_dim)
     call = lambda: fac.fwd(q, k, v, causal=causal, softcap=softcap)  # noqa: E731
     assert _takes_hopper_kernel(call, ws=True)
     out, lse = call()
     _check(q, k, v, causal, out, lse, softcap=softcap)
+
+
+@pytest.mark.parametrize("alibi", [False, True], ids=["softcap", "softcap_alibi"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_softcap_listed_tiles_across_calls_and_graph_replays(causal, alibi, monkeypatch):
+    """A cap of 60 takes two launches: the fixed-offset kernel, which lists the tiles to redo, and
+    the checked kernel, which redoes them and leaves the list's count at 0 for the next call on its
+    stream (a graph capture gets a count of its own). Calls of different shapes whose tiles all hold,
+    some hold, or none, back to back, then a graph's replays with new logits, then eager calls again:
+    every output matches the reference."""
+    _require_built(torch.bfloat16, 128, causal, "mods")
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
+    torch.manual_seed(9)
+    big = _mixed_logit_rows(3, 1500, 8, 2, 128)
+    small = _mixed_logit_rows(1, 700, 8, 2, 128)
+    low = big[0][:, :64].repeat(1, 24, 1, 1)[:, :1500].contiguous()  # every row as rows 0-63: near -cap
+    rand = _randn(*big[0].shape, dtype=torch.bfloat16, scale=3.0)
+
+    def run(q, k, v, out=None):
+        slopes = torch.full((q.shape[2],), 0.05, device="cuda") if alibi else None
+        return fac.fwd(q, k, v, out=out, causal=causal, softcap=60.0, alibi_slopes=slopes), slopes
+
+    def check(q, k, v, out=None):
+        (out, lse), slopes = run(q, k, v, out)
+        _check(q, k, v, causal, out, lse, softcap=60.0, alibi_slopes=slopes)
+
+    ws_kernels = [n for n in _kernel_names(lambda: run(*big)) if "flash_fwd_sm90_ws_kernel" in n]
+    assert len(ws_kernels) == 2, "the fixed-offset kernel, then the checked one"
+    for q, (_, k, v) in [(big[0], big), (small[0], small), (rand, big), (low, big), (small[0], small), (rand, big),
+                         (big[0], big)]:
+        check(q, k, v)
+    q = big[0].clone()
+    out = torch.empty_like(q)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        (_, lse), slopes = run(q, big[1], big[2], out)
+    for new_q in [rand, big[0], low, big[0]]:
+        q.copy_(new_q)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        _check(q, big[1], big[2], causal, out, lse, softcap=60.0, alibi_slopes=slopes)
+    check(*small)
 
 
 # ALiBi slopes of every size and sign: steep, none, negative (a row's farthest keys weigh most).

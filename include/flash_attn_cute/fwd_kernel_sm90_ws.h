@@ -46,6 +46,7 @@ struct FwdWsBarriers {
   SmemRing<kStages> v;
   int q_tile[kQStages];  // the tile whose Q a buffer holds, -1 when there is none left (set with Q)
   int next_tile[2];      // the producer's tiles fetched from the counter, alternately
+  int listed;            // RedoPass::kRedo: the tiles that the listing pass listed
 };
 static_assert(sizeof(FwdWsBarriers<kFwdSm90WsStages, 2>) <= kFwdSm90WsBarrierBytes);
 template <class Traits>
@@ -59,6 +60,27 @@ __device__ __forceinline__ KeyBlockWalk fwd_ws_walk(FwdParams const& params, NBl
   const bool peak_first = Traits::kVariant != Variant::kPlain && !Is_causal && params.alibi_slopes != nullptr;
   return fwd_key_block_walk(range, peak_first, m_block * Traits::kBlockM, Traits::kBlockN, binfo.seqlen_q,
                             binfo.seqlen_k);
+}
+
+// The tiles a launch walks: all of them, or in the redo pass (FwdParams::redo_tiles, the checked
+// kernels only) those listed, their count read by producer thread 0 (into barriers.listed). Each
+// CTA's thread 0 counts itself once it has read it; the last one zeroes the count and itself for
+// the next listing pass.
+template <class Traits>
+__device__ __forceinline__ int fwd_ws_tiles_to_walk(FwdParams const& params, FwdWsTileOrder const& tiles,
+                                                    FwdWsBarriersOf<Traits>& barriers) {
+  if (!sm90_checks_offset<Traits::kLoops> || params.redo_pass != RedoPass::kRedo) return tiles.n_tiles();
+  if (threadIdx.x == 0) {
+    volatile int* state = params.redo_state;
+    barriers.listed = state[0];
+    __threadfence();  // the read comes before this CTA's count
+    if (atomicAdd(params.redo_state + 1, 1) == int(gridDim.x) - 1) {
+      state[0] = 0;
+      state[1] = 0;
+    }
+  }
+  named_barrier_sync(kProducerBarrier, Traits::kNProducerThreads);
+  return barriers.listed;
 }
 
 // The producer: per tile, Q with the tile's index, then K(n) and V(n) for the key blocks in the
@@ -94,9 +116,10 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
   // read a later phase's parity as not done, and wait for good (session 36: the producer-store
   // branch hung so on many short tiles). With cp.async every thread fills its part.
   const bool waits_for_buffers = !params.ws_tma || tidx == 0;
-  for (int t = blockIdx.x, fetch = 0; t < tiles.n_tiles(); t = next_tile(fetch++)) {
+  const int n_tiles = fwd_ws_tiles_to_walk<Traits>(params, tiles, barriers);
+  for (int t = blockIdx.x, fetch = 0; t < n_tiles; t = next_tile(fetch++)) {
     if (tidx == 0) {
-      const unsigned last = unsigned(tiles.n_tiles() - 1);
+      const unsigned last = unsigned(n_tiles - 1);
       barriers.next_tile[fetch & 1] = int(gridDim.x) + int(atomicInc(reinterpret_cast<unsigned*>(params.tile_counter), last));
     }
     // The partitions are built per tile: held across the loop, their coordinates took registers
@@ -108,14 +131,16 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
         make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // (CPY, CPY_M, CPY_K) -> (m, k)
     Tensor tKVcKV = gmem_thr_copy.partition_S(
         make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));  // (CPY, CPY_N, CPY_K) -> (n, k)
-    const FwdWsTile tile = tiles.tile<Is_causal>(t);
+    const bool redo = sm90_checks_offset<Traits::kLoops> && params.redo_pass == RedoPass::kRedo;
+    const int tile_index = redo ? params.redo_tiles[t] : t;
+    const FwdWsTile tile = tiles.tile<Is_causal>(tile_index);
     const BlockInfo binfo(params, tile.bidb);
     if (tile.m_block * kBlockM >= binfo.seqlen_q) continue;
     const NBlockRange range = fwd_n_block_range(tile.m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window);
     const index_t m_start = index_t(tile.m_block) * kBlockM;
     if (waits_for_buffers) barriers.q.acquire(q_use);
     // Published by this thread's arrive on the buffer's barrier.
-    if (tidx == 0) barriers.q_tile[barriers.q.stage(q_use)] = t;
+    if (tidx == 0) barriers.q_tile[barriers.q.stage(q_use)] = tile_index;
     if (params.ws_tma) {  // thread 0 alone loads and commits
       if (tidx == 0) {
         if (range.n_block_max > range.n_block_min) {
@@ -379,6 +404,19 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       warpgroup_mma_done(tOrO, tOrP);
       barriers.v.release(i - 1);
     }
+    // The listing pass (a cap past BoundedScores::fits): a consumer with a row whose sum shows no
+    // term of 2^kLeastLog2 lists the tile, which the redo pass then writes again.
+    if constexpr (sm90_lists_redo<kLoops>) {
+      if (params.redo_pass == RedoPass::kList && has_keys) {
+        auto keys = [&](int mi) {
+          const int row = int(m_start) + get<0>(tScS_rc(mi, 0));
+          return row < binfo.seqlen_q ? mask.key_count(row) : 0;
+        };
+        if (!named_barrier_all(kCheckBarrier + consumer, 128, softmax.sums_reach(keys)) && tidx % 128 == 0) {
+          params.redo_tiles[atomicAdd(params.redo_state, 1)] = t;
+        }
+      }
+    }
     // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
     auto lse = softmax.finalize(tOrO_rc, params.softmax_scale, Is_dropout ? params.dropout.rp : 1.f);
     if constexpr (Has_mods) {
@@ -473,6 +511,11 @@ cudaError_t launch_fwd_sm90_ws_kernel(FwdParams const& params, cudaStream_t stre
   if (n_tiles == 0) return cudaSuccess;
   const int grid = int(std::min<int64_t>(n_tiles, params.num_sms > 0 ? params.num_sms : 132));
   if (params.tile_counter == nullptr || n_tiles > INT32_MAX - grid) return cudaErrorInvalidValue;
+  if (params.redo_pass != RedoPass::kNone &&
+      (params.redo_state == nullptr || params.redo_tiles == nullptr ||
+       n_tiles * Traits::kConsumers > params.redo_capacity)) {
+    return cudaErrorInvalidValue;  // the listing pass lists each consumer of a tile at most once
+  }
   FwdParams p = params;
   FwdWsTma<Traits> tma{};
   const TmaLoads setting = tma_loads_setting();
@@ -495,13 +538,24 @@ cudaError_t run_fwd_sm90_ws(FwdParams const& params, cudaStream_t stream) {
       // 35, hdim 128, a cap of 60 at 16k tokens: the ALiBi loop's bias of 0 in every step cost 2 %
       // causal and 5 % non-causal).
       if constexpr (kFwdWsSoftcapSplit<Element, kVariant>) {
-        auto launch = [&](auto loops) {
+        auto launch = [&](auto loops, RedoPass pass = RedoPass::kNone) {
           using SplitTraits = FwdKernelTraitsSm90Ws<kHeadDim, Element, kVariant, decltype(loops)::value>;
-          return launch_fwd_sm90_ws_kernel<SplitTraits, kIsCausal, kIsEvenK, kVariant, true>(params, stream);
+          FwdParams p = params;
+          p.redo_pass = pass;
+          return launch_fwd_sm90_ws_kernel<SplitTraits, kIsCausal, kIsEvenK, kVariant, true>(p, stream);
         };
         using Loops = Sm90Loops;
         const bool has_alibi = params.alibi_slopes != nullptr;
         if (!BoundedScores::fits(params.softmax_scale_log2)) {
+          // Up to a cap of 100, the fixed offset lists the tiles where it may not hold and the
+          // checked kernel redoes them (BoundedScores::listed).
+          if (params.redo_tiles != nullptr && BoundedScores::listed(params.softmax_scale_log2)) {
+            const cudaError_t err = has_alibi ? launch(cute::C<Loops::kAlibiFixedOffset>{}, RedoPass::kList)
+                                              : launch(cute::C<Loops::kNoBias>{}, RedoPass::kList);
+            if (err != cudaSuccess) return err;
+            return has_alibi ? launch(cute::C<Loops::kCheckedAlibi>{}, RedoPass::kRedo)
+                             : launch(cute::C<Loops::kCheckedNoBias>{}, RedoPass::kRedo);
+          }
           return has_alibi ? launch(cute::C<Loops::kCheckedAlibi>{}) : launch(cute::C<Loops::kCheckedNoBias>{});
         }
         if (has_alibi) return launch(cute::C<Loops::kAlibiFixedOffset>{});

@@ -87,7 +87,9 @@ FLASH_HOST_DEVICE bool fixed_offset_fits(bool has_alibi, float scale_log2) {
 // (run_fwd_sm90_ws): for caps that fit (BoundedScores), the fixed offset without ALiBi and the
 // fixed offset plus each row's largest ALiBi bias; for larger caps, the same two once each tile's
 // first key blocks show that they hold (StepOffset::kChecked), the online softmax until then (in
-// the ALiBi loop, a slope of 0 where a head has none).
+// the ALiBi loop, a slope of 0 where a head has none). Caps up to 100 run the first two anyway,
+// then the checked ones on the tiles where a row's sum shows that the offset may not hold
+// (FwdParams::redo_tiles).
 enum class Sm90Loops { kPerTile, kNoBias, kAlibiFixedOffset, kCheckedNoBias, kCheckedAlibi };
 
 template <Sm90Loops kLoops>
@@ -97,6 +99,9 @@ template <Sm90Loops kLoops>
 inline constexpr bool sm90_no_bias_loop_only = kLoops == Sm90Loops::kNoBias || kLoops == Sm90Loops::kCheckedNoBias;
 template <Sm90Loops kLoops>
 inline constexpr bool sm90_checks_offset = kLoops == Sm90Loops::kCheckedNoBias || kLoops == Sm90Loops::kCheckedAlibi;
+// The fixed-offset kernels, which run the listing pass for larger caps (FwdParams::redo_tiles).
+template <Sm90Loops kLoops>
+inline constexpr bool sm90_lists_redo = kLoops == Sm90Loops::kNoBias || kLoops == Sm90Loops::kAlibiFixedOffset;
 
 // A Hopper step's exponent offset (its last case, a cute::C): BoundedScores' fixed offset, the
 // running max, or (kChecked, a checked kernel's first steps) the running max, then the fixed offset

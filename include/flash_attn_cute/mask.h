@@ -27,6 +27,13 @@ struct FwdMask {
             window.right < 0 ? seqlen_k : min_int(seqlen_k, diag_col + window.right + 1)};
   }
 
+  // How many keys row sees (visible_cols clipped to the sequence).
+  FLASH_HOST_DEVICE constexpr int key_count(int row) const {
+    const Cols cols = visible_cols(row);
+    const int first = cols.begin < 0 ? 0 : cols.begin;
+    return cols.end > first ? cols.end - first : 0;
+  }
+
   // visible_cols' rule for one key. Written out: the backward's per-score loop with it through
   // visible_cols took fewer instructions but ran 3-4 % slower with score mods (session 33).
   FLASH_HOST_DEVICE constexpr bool key_visible(int row, int col) const {

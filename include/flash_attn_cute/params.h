@@ -18,6 +18,9 @@ using index_t = int64_t;
 
 enum class DType : int { kFloat16 = 0, kBFloat16 = 1 };
 
+// The warp-specialized forward's passes for bf16 softcap's larger caps (FwdParams::redo_tiles).
+enum class RedoPass : int { kNone = 0, kList = 1, kRedo = 2 };
+
 // The keys a query row sees: row i sees key j iff 0 <= j < seqlen_k and
 //   i + diag - left <= j <= i + diag + right,   diag = seqlen_k - seqlen_q
 // (bottom-right aligned, flash-attn >= 2.1), where a negative side is unbounded. Causal is
@@ -169,6 +172,18 @@ struct FwdParams {
   FLASH_PARAMS_HOST_DEVICE bool uses_split_kernel() const {
     return num_splits > 1 || few_rows || block_table != nullptr;
   }
+
+  // bf16 softcap's caps past BoundedScores::fits, up to BoundedScores::kMaxListedScaleLog2
+  // (run_fwd_sm90_ws): the fixed-offset kernel runs first and lists in redo_tiles each tile with a
+  // row whose largest term may fall below 2^kLeastLog2 (RedoPass::kList), then the checked kernel
+  // redoes the listed tiles (kRedo). redo_state: the listed count and the redo kernel's CTAs that
+  // have read it, 0 before the first launch and left at 0 by the second. redo_tiles holds
+  // redo_capacity tiles (at least one per consumer of each tile). Without them such caps take the
+  // checked kernel alone.
+  int* redo_state = nullptr;
+  int* redo_tiles = nullptr;
+  int64_t redo_capacity = 0;
+  RedoPass redo_pass = RedoPass::kNone;  // set per launch by run_fwd_sm90_ws
 };
 
 // The backward reads everything the forward did (q, k, v, o, softmax_lse, sizes, scales) plus:

@@ -8,6 +8,7 @@
 
 #include <cute/tensor.hpp>
 
+#include "bounded_scores.h"
 #include "mask.h"
 #include "utils.h"
 
@@ -48,26 +49,6 @@ FLASH_HOST_DEVICE float exp2_fma(float x) {
   const float p = fmaf(fmaf(fmaf(0.05517145f, f, 0.24261060f), f, 0.69326097f), f, 0.99992812f);
   return bit_cast<float>(bit_cast<uint32_t>(p) + (bit_cast<uint32_t>(shifted) << 23));
 }
-
-// Softcap's scores are tanh values, in [-1, 1] (or -inf where hidden), so the exponent's offset
-// needs no running max: with scale_log2 = cap * log2(e) up to kMaxScaleLog2 and the offset
-// offset_log2(scale_log2), every term exp2(t * scale_log2 - offset) lies in [2^kLeastLog2,
-// 2^kMostLog2]. At the top, O's sums of n terms times V stay finite for n and |V| up to 2^24; at the
-// bottom, a term times a V entry down to 2^-40 stays a normal float. Only where P is bf16 (fp32's
-// exponent range): fp16 tops out at 2^16 and loses bits from 2^-14 down. With ALiBi a score is t + b,
-// its bias b at most the row's largest one, b_max (FwdMask::alibi_max_bias), which some key of the
-// row carries: offset + b_max * scale_log2 bounds every term from above as before, and that key's
-// term from below, so the row's sum stays a normal float; terms far below it may flush to 0.
-// A larger cap keeps the bound from above; the one from below then holds for a row whose largest
-// term reaches 2^kLeastLog2: the kernels for such caps start each tile with the running max and
-// move to the fixed offset once every row's running max shows it (Softmax::offsets_reach).
-struct BoundedScores {
-  static constexpr float kMostLog2 = 80.f;
-  static constexpr float kLeastLog2 = -86.f;
-  static constexpr float kMaxScaleLog2 = (kMostLog2 - kLeastLog2) / 2.f;  // a cap of 57.5
-  static FLASH_HOST_DEVICE bool fits(float scale_log2) { return scale_log2 <= kMaxScaleLog2; }
-  static FLASH_HOST_DEVICE float offset_log2(float scale_log2) { return fmaxf(0.f, scale_log2 - kMostLog2); }
-};
 
 // kLazyRescale: after the first tile, rescale O only when a row's max outgrows its offset by more
 // than kRescaleLog2 (softmax_rescale_o); else at every tile, to the exact running max.
@@ -116,6 +97,20 @@ struct Softmax {
 #pragma unroll
     for (int mi = 0; mi < kNRows; ++mi) {
       reach &= row_max(mi) * scale_log2 - fixed(mi) * scale_log2 >= BoundedScores::kLeastLog2;
+    }
+    return reach;
+  }
+
+  // On fixed offsets past BoundedScores::fits, at the end of the walk: whether each of this thread's
+  // rows has a term of 2^kLeastLog2 or more, shown by a sum of at least that times the row's key
+  // count, keys(mi) (0 for a row that sees none).
+  template <class KeyCount>
+  __device__ __forceinline__ bool sums_reach(KeyCount&& keys) const {
+    bool reach = true;
+#pragma unroll
+    for (int mi = 0; mi < kNRows; ++mi) {
+      const float sum = quad_allreduce(row_sum(mi), SumOp{});
+      reach &= sum >= BoundedScores::kLeastTerm * float(keys(mi));
     }
     return reach;
   }

@@ -259,6 +259,13 @@ void test_mask() {
                                      window_str(w) + fmt(": got %d", got));
             }
           }
+          int want_count = 0;
+          for (int j = 0; j < sk; ++j) want_count += ref_visible(i, j, sq, sk, w);
+          const int got_count = FwdMask{sq, sk, w}.key_count(i);
+          if (want_count != got_count && ++mismatches <= 5) {
+            CHECK(want_count == got_count, fmt("key_count(row %d) seqlen_q %d seqlen_k %d ", i, sq, sk) +
+                                               window_str(w) + fmt(": got %d, want %d", got_count, want_count));
+          }
         }
       }
     }
@@ -1454,9 +1461,9 @@ void test_exp2_fma() {
   CHECK(exp2_fma(0.f) > 0.99992f && exp2_fma(0.f) < 1.00008f, fmt("exp2_fma(0) = %.9g", exp2_fma(0.f)));
 }
 
-// BoundedScores (softmax.h): for every cap it admits, the fixed offset keeps each term exp2(t *
-// scale_log2 - offset), t in [-1, 1], in [2^kLeastLog2, 2^kMostLog2]; caps past 57.5 are refused.
-// scale_log2 as the glue computes it: float(cap * log2(e)).
+// BoundedScores (bounded_scores.h): for every cap it admits, the fixed offset keeps each term
+// exp2(t * scale_log2 - offset), t in [-1, 1], in [2^kLeastLog2, 2^kMostLog2]; caps past 57.5 are
+// refused, and those up to 100 listed. scale_log2 as the glue computes it: float(cap * log2(e)).
 void test_bounded_scores() {
   long bad = 0;
   float largest_fitting = 0;
@@ -1472,6 +1479,21 @@ void test_bounded_scores() {
   CHECK_EQ(bad, 0L, "every admitted cap keeps the terms within [2^kLeastLog2, 2^kMostLog2]");
   CHECK(largest_fitting > 57.4f && largest_fitting < 57.6f, fmt("largest admitted cap %g, not 57.5", largest_fitting));
   CHECK(BoundedScores::offset_log2(float(30.0 * 1.4426950408889634)) == 0.f, "a cap of 30 needs no offset");
+  CHECK(BoundedScores::kLeastTerm == std::exp2(BoundedScores::kLeastLog2), "kLeastTerm is 2^kLeastLog2");
+  // The listing pass: caps past 57.5 up to 100, where a row whose largest logit is -15 or more
+  // keeps a term of 2^kLeastLog2.
+  float least_listed = 1e9f, largest_listed = 0.f;
+  for (double cap = 0.01; cap < 400.0; cap *= 1.001) {
+    const float scale_log2 = float(cap * 1.4426950408889634);
+    if (!BoundedScores::listed(scale_log2)) continue;
+    least_listed = std::min(least_listed, float(cap));
+    largest_listed = std::max(largest_listed, float(cap));
+    const float t = float(std::tanh(-15.0 / cap));  // the tanh value of a logit of -15
+    bad += t * scale_log2 - BoundedScores::offset_log2(scale_log2) < BoundedScores::kLeastLog2;
+  }
+  CHECK_EQ(bad, 0L, "a listed cap keeps a logit of -15 at a term of 2^kLeastLog2 or more");
+  CHECK(least_listed > 57.4f && least_listed < 57.6f, fmt("least listed cap %g, not just past 57.5", least_listed));
+  CHECK(largest_listed > 99.9f && largest_listed < 100.1f, fmt("largest listed cap %g, not 100", largest_listed));
 }
 
 // The Hopper forwards' softcap loops (fwd_mainloop.h): which exponentiate with BoundedScores' fixed
@@ -1500,6 +1522,9 @@ void test_softcap_loops() {
             sm90_alibi_loop_only<L::kAlibiFixedOffset> && !sm90_no_bias_loop_only<L::kPerTile> &&
             !sm90_alibi_loop_only<L::kPerTile>,
         "the other kernels' loops");
+  CHECK(sm90_lists_redo<L::kNoBias> && sm90_lists_redo<L::kAlibiFixedOffset> && !sm90_lists_redo<L::kCheckedNoBias> &&
+            !sm90_lists_redo<L::kCheckedAlibi> && !sm90_lists_redo<L::kPerTile>,
+        "the fixed-offset kernels run the listing pass");
 }
 
 // ----------------------------------------------------------------------------------------------
