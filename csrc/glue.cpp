@@ -162,17 +162,15 @@ std::vector<at::Tensor> choose_splits(FwdParams& params, Problem const& p, at::T
 }
 
 // One counter per (device, stream) that the kernel leaves at 0, so that a call neither allocates
-// nor zeroes one (session 28: that was a tensor and a fill launch per call): the tile counter, then
-// the redo passes' state (FwdParams::redo_state), which they leave at 0 too. Keyed by the stream's
+// nor zeroes one (session 28: that was a tensor and a fill launch per call). Keyed by the stream's
 // id (cudaStreamGetId: never reused within the process, unlike a destroyed stream's handle, whose
 // kernels may still run), and at most kMaxStreamCounters of them; never freed (at exit, CUDA may be
-// gone before static destructors run). A stream being captured into a graph gets fresh zeroed
-// counters: replays may run concurrently on other streams.
+// gone before static destructors run). A stream being captured into a graph gets a fresh zeroed
+// counter: replays may run concurrently on other streams.
 constexpr size_t kMaxStreamCounters = 64;
-constexpr int64_t kStreamCounterInts = 3;
 
 static at::Tensor stream_counters(at::Tensor const& q) {
-  auto zeroed = [&] { return at::zeros({kStreamCounterInts}, q.options().dtype(at::kInt)); };  // on the launch's stream
+  auto zeroed = [&] { return at::zeros({1}, q.options().dtype(at::kInt)); };  // on the launch's stream
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();  // the launch's
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusActive;
   unsigned long long stream_id = 0;
@@ -203,10 +201,11 @@ std::vector<at::Tensor> ws_scratch(FwdParams& params, Problem const& p, at::Tens
     return {counters};
   }
   // Room for one entry per 64-row consumer of every tile: ceil(seqlen_q / kBlockM) * kBlockM / 64
-  // is at most ceil(seqlen_q / 64) + 2 for the tiles of up to 192 rows.
-  params.redo_state = params.tile_counter + 1;
+  // is at most ceil(seqlen_q / 64) + 2 for the tiles of up to 192 rows. The count is zeroed per
+  // call (a fill launch), not kept beside the tile counter: the listing and redo launches of calls
+  // from two host threads on one stream may interleave.
   params.redo_capacity = (int64_t(params.seqlen_q + 63) / 64 + 2) * params.batch * params.heads;
-  at::Tensor listed = at::empty({params.redo_capacity}, q.options().dtype(at::kInt));
+  at::Tensor listed = at::zeros({1 + params.redo_capacity}, q.options().dtype(at::kInt));
   params.redo_tiles = listed.data_ptr<int>();
   return {counters, listed};
 }

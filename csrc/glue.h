@@ -113,7 +113,7 @@ FwdRows forward_rows(Problem& p, at::Tensor const& q, at::Tensor const& out, Sco
 // kernel writes when there is more than one split; keep the returned tensors until the launch.
 std::vector<at::Tensor> choose_splits(FwdParams& params, Problem const& p, at::Tensor const& lse, int64_t requested);
 // The warp-specialized Hopper forward's tile counter (FwdParams::tile_counter) and, for bf16 caps
-// that take the listing and redo passes, their state and list (FwdParams::redo_tiles), where that
+// that take the listing and redo passes, the call's list (FwdParams::redo_tiles), where that
 // kernel may run (after choose_splits, which decides the split-KV calls); the tensors must live
 // until the launch.
 std::vector<at::Tensor> ws_scratch(FwdParams& params, Problem const& p, at::Tensor const& q);

@@ -3,6 +3,7 @@ and the SM80 forward on the same device (FLASH_ATTN_CUTE_SM90=0). Dropout on it:
 (dropout never takes the split-KV kernel, so on Hopper every dropout test runs it). The shapes give the plain kernel
 grid enough row blocks to fill the SMs: smaller problems take the split-KV kernel (test_fwd.py)."""
 import math
+import threading
 
 import pytest
 import torch
@@ -453,14 +454,15 @@ def test_softcap_checked_offset_per_consumer(head_dim, causal, softcap, monkeypa
 @pytest.mark.parametrize("alibi", [False, True], ids=["softcap", "softcap_alibi"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_softcap_listed_tiles_across_calls_and_graph_replays(causal, alibi, monkeypatch):
-    """A cap of 60 takes two launches: the fixed-offset kernel, which lists the tiles to redo, and
-    the checked kernel, which redoes them and leaves the list's count at 0 for the next call on its
-    stream (a graph capture gets a count of its own). Calls of different shapes whose tiles all hold,
-    some hold, or none, back to back, then a graph's replays with new logits, then eager calls again:
-    every output matches the reference."""
+    """A cap of 100 takes two launches: the fixed-offset kernel, which lists the tiles to redo in the
+    call's own list, and the checked kernel, which redoes them. At that cap a row near -cap has terms
+    of about 2^-206 under the fixed offset, all flushed to 0: a tile not redone gives O = 0 there.
+    Calls of different shapes whose tiles all hold, some hold, or none, back to back, then a graph's
+    replays with new logits, then eager calls again: every output matches the reference."""
     _require_built(torch.bfloat16, 128, causal, "mods")
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
     torch.manual_seed(9)
+    cap = 100.0
     big = _mixed_logit_rows(3, 1500, 8, 2, 128)
     small = _mixed_logit_rows(1, 700, 8, 2, 128)
     low = big[0][:, :64].repeat(1, 24, 1, 1)[:, :1500].contiguous()  # every row as rows 0-63: near -cap
@@ -468,11 +470,11 @@ def test_softcap_listed_tiles_across_calls_and_graph_replays(causal, alibi, monk
 
     def run(q, k, v, out=None):
         slopes = torch.full((q.shape[2],), 0.05, device="cuda") if alibi else None
-        return fac.fwd(q, k, v, out=out, causal=causal, softcap=60.0, alibi_slopes=slopes), slopes
+        return fac.fwd(q, k, v, out=out, causal=causal, softcap=cap, alibi_slopes=slopes), slopes
 
     def check(q, k, v, out=None):
         (out, lse), slopes = run(q, k, v, out)
-        _check(q, k, v, causal, out, lse, softcap=60.0, alibi_slopes=slopes)
+        _check(q, k, v, causal, out, lse, softcap=cap, alibi_slopes=slopes)
 
     ws_kernels = [n for n in _kernel_names(lambda: run(*big)) if "flash_fwd_sm90_ws_kernel" in n]
     assert len(ws_kernels) == 2, "the fixed-offset kernel, then the checked one"
@@ -489,8 +491,36 @@ def test_softcap_listed_tiles_across_calls_and_graph_replays(causal, alibi, monk
         out.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        _check(q, big[1], big[2], causal, out, lse, softcap=60.0, alibi_slopes=slopes)
+        _check(q, big[1], big[2], causal, out, lse, softcap=cap, alibi_slopes=slopes)
     check(*small)
+
+
+def test_softcap_listed_tiles_from_threads_sharing_a_stream(monkeypatch):
+    """Two host threads calling on one stream (the default one) may interleave their listing and
+    redo launches: each call lists into a list of its own, so every output equals the same call's
+    output run alone."""
+    _require_built(torch.bfloat16, 128, True, "mods")
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
+    torch.manual_seed(10)
+    cases = [_mixed_logit_rows(2, 1000, 8, 2, 128), _mixed_logit_rows(1, 1500, 8, 2, 128)]
+    alone = [fac.fwd(q, k, v, causal=True, softcap=100.0)[0] for q, k, v in cases]
+    _check(*cases[0], True, alone[0], fac.fwd(*cases[0], causal=True, softcap=100.0)[1], softcap=100.0)
+    mismatches = []
+
+    def worker(i):
+        q, k, v = cases[i]
+        for _ in range(20):
+            out = fac.fwd(q, k, v, causal=True, softcap=100.0)[0]
+            torch.cuda.current_stream().synchronize()
+            if not torch.equal(out, alone[i]):
+                mismatches.append(i)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not mismatches, f"calls whose output differs from the same call alone: {mismatches}"
 
 
 # ALiBi slopes of every size and sign: steep, none, negative (a row's farthest keys weigh most).

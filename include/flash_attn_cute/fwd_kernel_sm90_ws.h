@@ -46,7 +46,6 @@ struct FwdWsBarriers {
   SmemRing<kStages> v;
   int q_tile[kQStages];  // the tile whose Q a buffer holds, -1 when there is none left (set with Q)
   int next_tile[2];      // the producer's tiles fetched from the counter, alternately
-  int listed;            // RedoPass::kRedo: the tiles that the listing pass listed
 };
 static_assert(sizeof(FwdWsBarriers<kFwdSm90WsStages, 2>) <= kFwdSm90WsBarrierBytes);
 template <class Traits>
@@ -63,24 +62,11 @@ __device__ __forceinline__ KeyBlockWalk fwd_ws_walk(FwdParams const& params, NBl
 }
 
 // The tiles a launch walks: all of them, or in the redo pass (FwdParams::redo_tiles, the checked
-// kernels only) those listed, their count read by producer thread 0 (into barriers.listed). Each
-// CTA's thread 0 counts itself once it has read it; the last one zeroes the count and itself for
-// the next listing pass.
+// kernels only) those that the listing pass listed.
 template <class Traits>
-__device__ __forceinline__ int fwd_ws_tiles_to_walk(FwdParams const& params, FwdWsTileOrder const& tiles,
-                                                    FwdWsBarriersOf<Traits>& barriers) {
+__device__ __forceinline__ int fwd_ws_tiles_to_walk(FwdParams const& params, FwdWsTileOrder const& tiles) {
   if (!sm90_checks_offset<Traits::kLoops> || params.redo_pass != RedoPass::kRedo) return tiles.n_tiles();
-  if (threadIdx.x == 0) {
-    volatile int* state = params.redo_state;
-    barriers.listed = state[0];
-    __threadfence();  // the read comes before this CTA's count
-    if (atomicAdd(params.redo_state + 1, 1) == int(gridDim.x) - 1) {
-      state[0] = 0;
-      state[1] = 0;
-    }
-  }
-  named_barrier_sync(kProducerBarrier, Traits::kNProducerThreads);
-  return barriers.listed;
+  return params.redo_tiles[0];
 }
 
 // The producer: per tile, Q with the tile's index, then K(n) and V(n) for the key blocks in the
@@ -116,7 +102,7 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
   // read a later phase's parity as not done, and wait for good (session 36: the producer-store
   // branch hung so on many short tiles). With cp.async every thread fills its part.
   const bool waits_for_buffers = !params.ws_tma || tidx == 0;
-  const int n_tiles = fwd_ws_tiles_to_walk<Traits>(params, tiles, barriers);
+  const int n_tiles = fwd_ws_tiles_to_walk<Traits>(params, tiles);
   for (int t = blockIdx.x, fetch = 0; t < n_tiles; t = next_tile(fetch++)) {
     if (tidx == 0) {
       const unsigned last = unsigned(n_tiles - 1);
@@ -132,7 +118,7 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
     Tensor tKVcKV = gmem_thr_copy.partition_S(
         make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));  // (CPY, CPY_N, CPY_K) -> (n, k)
     const bool redo = sm90_checks_offset<Traits::kLoops> && params.redo_pass == RedoPass::kRedo;
-    const int tile_index = redo ? params.redo_tiles[t] : t;
+    const int tile_index = redo ? params.redo_tiles[1 + t] : t;
     const FwdWsTile tile = tiles.tile<Is_causal>(tile_index);
     const BlockInfo binfo(params, tile.bidb);
     if (tile.m_block * kBlockM >= binfo.seqlen_q) continue;
@@ -413,7 +399,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
           return row < binfo.seqlen_q ? mask.key_count(row) : 0;
         };
         if (!named_barrier_all(kCheckBarrier + consumer, 128, softmax.sums_reach(keys)) && tidx % 128 == 0) {
-          params.redo_tiles[atomicAdd(params.redo_state, 1)] = t;
+          params.redo_tiles[1 + atomicAdd(params.redo_tiles, 1)] = t;
         }
       }
     }
@@ -512,8 +498,7 @@ cudaError_t launch_fwd_sm90_ws_kernel(FwdParams const& params, cudaStream_t stre
   const int grid = int(std::min<int64_t>(n_tiles, params.num_sms > 0 ? params.num_sms : 132));
   if (params.tile_counter == nullptr || n_tiles > INT32_MAX - grid) return cudaErrorInvalidValue;
   if (params.redo_pass != RedoPass::kNone &&
-      (params.redo_state == nullptr || params.redo_tiles == nullptr ||
-       n_tiles * Traits::kConsumers > params.redo_capacity)) {
+      (params.redo_tiles == nullptr || n_tiles * Traits::kConsumers > params.redo_capacity)) {
     return cudaErrorInvalidValue;  // the listing pass lists each consumer of a tile at most once
   }
   FwdParams p = params;

@@ -176,11 +176,10 @@ struct FwdParams {
   // bf16 softcap's caps past BoundedScores::fits, up to BoundedScores::kMaxListedScaleLog2
   // (run_fwd_sm90_ws): the fixed-offset kernel runs first and lists in redo_tiles each tile with a
   // row whose largest term may fall below 2^kLeastLog2 (RedoPass::kList), then the checked kernel
-  // redoes the listed tiles (kRedo). redo_state: the listed count and the redo kernel's CTAs that
-  // have read it, 0 before the first launch and left at 0 by the second. redo_tiles holds
-  // redo_capacity tiles (at least one per consumer of each tile). Without them such caps take the
-  // checked kernel alone.
-  int* redo_state = nullptr;
+  // redoes the listed tiles (kRedo). redo_tiles: the count (0 before the first launch), then room
+  // for redo_capacity tiles (one per consumer of each tile), the call's own: calls from other host
+  // threads on the same stream may interleave their launches. Without it such caps take the checked
+  // kernel alone.
   int* redo_tiles = nullptr;
   int64_t redo_capacity = 0;
   RedoPass redo_pass = RedoPass::kNone;  // set per launch by run_fwd_sm90_ws
