@@ -61,14 +61,6 @@ __device__ __forceinline__ KeyBlockWalk fwd_ws_walk(FwdParams const& params, NBl
                             binfo.seqlen_k);
 }
 
-// The tiles a launch walks: all of them, or in the redo pass (FwdParams::redo_tiles, the checked
-// kernels only) those that the listing pass listed.
-template <class Traits>
-__device__ __forceinline__ int fwd_ws_tiles_to_walk(FwdParams const& params, FwdWsTileOrder const& tiles) {
-  if (!sm90_checks_offset<Traits::kLoops> || params.redo_pass != RedoPass::kRedo) return tiles.n_tiles();
-  return params.redo_tiles[0];
-}
-
 // The producer: per tile, Q with the tile's index, then K(n) and V(n) for the key blocks in the
 // consumers' order, fwd_ws_walk's. The rings run on across tiles, but a tile's K and V wait behind
 // its Q, which waits for its buffer: with two Q buffers (where O has shared memory of its own, up
@@ -102,7 +94,9 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
   // read a later phase's parity as not done, and wait for good (session 36: the producer-store
   // branch hung so on many short tiles). With cp.async every thread fills its part.
   const bool waits_for_buffers = !params.ws_tma || tidx == 0;
-  const int n_tiles = fwd_ws_tiles_to_walk<Traits>(params, tiles);
+  // The redo pass (FwdParams::redo_tiles, the checked kernels only) walks the listed tiles alone.
+  const bool redo = sm90_checks_offset<Traits::kLoops> && params.redo_pass == RedoPass::kRedo;
+  const int n_tiles = redo ? params.redo_tiles[0] : tiles.n_tiles();
   for (int t = blockIdx.x, fetch = 0; t < n_tiles; t = next_tile(fetch++)) {
     if (tidx == 0) {
       const unsigned last = unsigned(n_tiles - 1);
@@ -117,7 +111,6 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
         make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // (CPY, CPY_M, CPY_K) -> (m, k)
     Tensor tKVcKV = gmem_thr_copy.partition_S(
         make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));  // (CPY, CPY_N, CPY_K) -> (n, k)
-    const bool redo = sm90_checks_offset<Traits::kLoops> && params.redo_pass == RedoPass::kRedo;
     const int tile_index = redo ? params.redo_tiles[1 + t] : t;
     const FwdWsTile tile = tiles.tile<Is_causal>(tile_index);
     const BlockInfo binfo(params, tile.bidb);
