@@ -119,7 +119,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tree", action="append", default=[], help="NAME=FOLDER (repeat)")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--only", default="", help="comma-separated prefixes of the rows to time")
+    parser.add_argument("--only", default="",
+                        help="comma-separated prefixes of the rows to time (a prefix ending in $: that row alone)")
     parser.add_argument("--sdpa", action="store_true")
     parser.add_argument("--backward", action="store_true", help="time forward + backward")
     parser.add_argument("--cooldown", type=float, default=1.0,
@@ -134,7 +135,9 @@ def main():
         worker(args.worker, args.rows.split(","), args.sdpa, args.backward, args.cooldown)
         return
     prefixes = [p for p in args.only.split(",") if p]
-    rows = [r for r in ROWS if not prefixes or any(r.startswith(p) for p in prefixes)]
+    def picked(row, prefix):
+        return row == prefix[:-1] if prefix.endswith("$") else row.startswith(prefix)
+    rows = [r for r in ROWS if not prefixes or any(picked(r, p) for p in prefixes)]
     rows += sorted({plain_row(r) for r in rows} - set(rows))  # every feature row's plain row
     trees = dict(t.split("=", 1) for t in args.tree)
     results = {name: [] for name in trees}  # tree -> [times of each round]

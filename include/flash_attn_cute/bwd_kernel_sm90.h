@@ -296,11 +296,13 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     [[maybe_unused]] const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
     wait_copies_and_sync();  // this slot has landed; every thread is done with the other slot and dS
     add_pending_dq();        // the previous step's dQ (the barrier above follows its stores and fence)
-    if (has_next) load_step(next_bidh, next_m_block, slot ^ 1);
     Tensor tSrS = partition_fragment_C(mma_sdp, tile_nm);   // (MMA, MMA_M, MMA_N)
     Tensor tdPrdP = partition_fragment_C(mma_sdp, tile_nm); // (MMA, MMA_M, MMA_N)
     wgmma_issue<true>(mma_sdp, tSrK, tSrQ(_, _, _, slot), tSrS);
     wgmma_issue<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, slot), tdPrdP);
+    // The next row block's copies are issued while the MMAs run: their address arithmetic (hundreds
+    // of instructions a thread) would otherwise hold back the step's first MMA.
+    if (has_next) load_step(next_bidh, next_m_block, slot ^ 1);
     warpgroup_mma_done(tSrS, tdPrdP);
     float const* lse = sLseD + slot * 2 * kBlockM;
     float const* dsum = lse + kBlockM;
@@ -352,13 +354,13 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     const int m_start = m_block * kBlockM;
     wait_copies_and_sync();  // this slot has landed; every thread is done with the other slot, P and dS
     add_pending_dq();        // the previous step's dQ (the barrier above follows its stores and fence)
-    if (has_next) load_step(next_bidh, next_m_block, slot ^ 1);
     Tensor tSrS = partition_fragment_C(mma_sdp_rows, tile_mn);   // (MMA, MMA_M, MMA_N)
     Tensor tdPrdP = partition_fragment_C(mma_sdp_rows, tile_mn); // (MMA, MMA_M, MMA_N)
     Tensor tSrQ_slot = tSrQr(_, _, _, slot);
     Tensor tdPrdO_slot = tdPrdOr(_, _, _, slot);
     wgmma_issue<true>(mma_sdp_rows, tSrQ_slot, tSrKr, tSrS);
     wgmma_issue<true>(mma_sdp_rows, tdPrdO_slot, tdPrVr, tdPrdP);
+    if (has_next) load_step(next_bidh, next_m_block, slot ^ 1);  // while the MMAs run (bwd_step)
     // This thread's rows' LSE (log2 units) and D (times 1 - p: bwd_kernel.h's dropout note).
     Tensor lse_log2 = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
     Tensor dsum = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
