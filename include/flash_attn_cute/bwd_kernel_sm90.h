@@ -306,24 +306,39 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     warpgroup_mma_done(tSrS, tdPrdP);
     float const* lse = sLseD + slot * 2 * kBlockM;
     float const* dsum = lse + kBlockM;
+    // P and dS from S and dP, with the call's score mods (with_softcap, with_alibi: compile-time, one
+    // copy of the loop per case; checked per score, ptxas predicates them and every score issues both).
+    auto scores = [&](auto with_softcap, auto with_alibi) __attribute__((always_inline)) {
 #pragma unroll
-    for (int i = 0; i < size(tSrS); ++i) {
-      const int key = get<0>(tScS(i)), row = get<1>(tScS(i));
-      const int col = int(n_start) + key;
-      // The score as the forward's softmax saw it (params.h): through the cap, plus ALiBi's bias;
-      // the cap's derivative 1 - tanh^2 goes into dS (score_scale, the rest, is ds_scale()'s).
-      float s = tSrS(i), dcap = 1.f;
-      if constexpr (Has_mods) {
-        if (has_softcap) {
+      for (int i = 0; i < size(tSrS); ++i) {
+        const int key = get<0>(tScS(i)), row = get<1>(tScS(i));
+        const int col = int(n_start) + key;
+        // The score as the forward's softmax saw it (params.h): through the cap, plus ALiBi's bias;
+        // the cap's derivative 1 - tanh^2 goes into dS (score_scale, the rest, is ds_scale()'s).
+        float s = tSrS(i), dcap = 1.f;
+        if constexpr (decltype(with_softcap)::value) {
           s = fast_tanh(s * params.softcap);
           dcap = 1.f - s * s;
         }
-        if (has_alibi) s += alibi_slope * alibi_bias(m_start + row, col, binfo.seqlen_q, binfo.seqlen_k, alibi_causal);
+        if constexpr (decltype(with_alibi)::value) {
+          s += alibi_slope * alibi_bias(m_start + row, col, binfo.seqlen_q, binfo.seqlen_k, alibi_causal);
+        }
+        const bool visible = !kMasked || mask.key_visible(m_start + row, col);
+        const float p = visible ? exp2f(s * params.softmax_scale_log2 - lse[row] * float(M_LOG2E)) : 0.f;
+        tSrS(i) = p;
+        tdPrdP(i) = p * (tdPrdP(i) - dsum[row]) * dcap;
       }
-      const bool visible = !kMasked || mask.key_visible(m_start + row, col);
-      const float p = visible ? exp2f(s * params.softmax_scale_log2 - lse[row] * float(M_LOG2E)) : 0.f;
-      tSrS(i) = p;
-      tdPrdP(i) = p * (tdPrdP(i) - dsum[row]) * dcap;
+    };
+    using Yes = cute::true_type;
+    using No = cute::false_type;
+    if (Has_mods && has_softcap && has_alibi) {
+      scores(Yes{}, Yes{});
+    } else if (Has_mods && has_softcap) {
+      scores(Yes{}, No{});
+    } else if (Has_mods && has_alibi) {
+      scores(No{}, Yes{});
+    } else {
+      scores(No{}, No{});
     }
     // P^T and dS^T as the A operands of dV += P^T dO and dK += dS^T Q.
     Tensor rP = convert_type<Element>(tSrS);
