@@ -7,7 +7,7 @@ brackets the row's speed against the same tree's plain row of that causality (fe
 
   python scripts/ab_fwd.py --tree M=/tmp/M --tree A=/tmp/A --rounds 2 [--only h128] [--sdpa]
 
-Rows: 16k tokens (batch x seqlen; seqlen 16k but on the 1k / 2k rows), head dim 128 with 16 heads,
+Rows: 16k tokens (batch x seqlen; seqlen 16k but on the 128 / 256 / 1k / 2k rows), head dim 128 with 16 heads,
 96 with 21, 64 with 32; softcap 30 (50 and 60 on their own rows: the fixed-offset softmax's bound
 lies between them; 100, the largest cap that the listing pass takes; 200, where random scores keep
 the checked kernels on the running max), ALiBi slopes rand(heads) x 0.1, dropout 0.1, windows
@@ -53,6 +53,8 @@ ROWS = {  # name: (head dim, causal, keyword arguments of flash_attn_func; "seql
     "h128 full 1k": (128, False, {"seqlen": 1024}),
     "h128 causal 2k": (128, True, {"seqlen": 2048}),
     "h128 full 2k": (128, False, {"seqlen": 2048}),
+    "h128 full 128": (128, False, {"seqlen": 128}),  # short rows: the three-CTA Hopper kernel
+    "h128 causal 256": (128, True, {"seqlen": 256}),
     "h96 causal": (96, True, {}),
     "h96 full": (96, False, {}),
     "h96 causal softcap": (96, True, {"softcap": 30.0}),
@@ -62,6 +64,8 @@ ROWS = {  # name: (head dim, causal, keyword arguments of flash_attn_func; "seql
     "h64 causal softcap": (64, True, {"softcap": 30.0}),
     "h64 full softcap": (64, False, {"softcap": 30.0}),
     "h64 causal alibi": (64, True, {"alibi": True}),
+    "h64 full 256": (64, False, {"seqlen": 256}),
+    "h64 causal 256": (64, True, {"seqlen": 256}),
 }
 
 
