@@ -143,9 +143,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
     if constexpr (kBiasFirst) {
       fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
     }
-    wait_copies_and_sync();  // K(n_block) has landed; P V(n_block + 1) is done with V's buffer
-    load_kv(tVgV, tVsV, n_block, is_masked);
-    cp_async_fence();
+    if (is_first) {  // Q and K(n_block) have landed; V(n_block), copied with them, may still be in flight
+      cp_async_wait<1>();
+      cutlass::arch::fence_view_async_shared();
+      __syncthreads();
+    } else {
+      wait_copies_and_sync();  // K(n_block) has landed; P V(n_block + 1) is done with V's buffer
+      load_kv(tVgV, tVsV, n_block, is_masked);
+      cp_async_fence();
+    }
     wgmma_issue<!kBiasFirst>(tiled_mma_s, tSrQ, tSrK, tSrS);
     // Dropout's words depend on the coordinates alone: drawn while Q K^T runs.
     [[maybe_unused]] const auto dropout_words =
@@ -173,6 +179,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
   if (range.n_block_max > range.n_block_min) {
     copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, tQgQ, tQsQ, tQcQ, rows_left, params.head_dim);
     load_kv(tKgK, tKsK, range.n_block_max - 1, cute::true_type{});
+    cp_async_fence();
+    // The first step's V too, in a group of its own: its latency overlaps K's and the first Q K^T
+    // (short rows take one or two steps, where each copy's round trip weighs most).
+    load_kv(tVgV, tVsV, range.n_block_max - 1, cute::true_type{});
     cp_async_fence();
     fwd_walk_sm90<Has_mods, Is_softcap, Element>(range, fwd_key_block_walk(range), alibi_loop, fwd_step);  // its loads: top-down
   }
