@@ -331,11 +331,11 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     };
     using Yes = cute::true_type;
     using No = cute::false_type;
-    if (Has_mods && has_softcap && has_alibi) {
+    if (has_softcap && has_alibi) {  // both false (compile-time) without Has_mods
       scores(Yes{}, Yes{});
-    } else if (Has_mods && has_softcap) {
+    } else if (has_softcap) {
       scores(Yes{}, No{});
-    } else if (Has_mods && has_alibi) {
+    } else if (has_alibi) {
       scores(No{}, Yes{});
     } else {
       scores(No{}, No{});

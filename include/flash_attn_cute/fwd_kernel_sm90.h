@@ -143,10 +143,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kCtasPerSm)
     if constexpr (kBiasFirst) {
       fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
     }
-    if (is_first) {  // Q and K(n_block) have landed; V(n_block), copied with them, may still be in flight
-      cp_async_wait<1>();
-      cutlass::arch::fence_view_async_shared();
-      __syncthreads();
+    if (is_first) {
+      wait_copies_and_sync<1>();  // Q and K(n_block) have landed; V(n_block), copied with them, may not have
     } else {
       wait_copies_and_sync();  // K(n_block) has landed; P V(n_block + 1) is done with V's buffer
       load_kv(tVgV, tVsV, n_block, is_masked);

@@ -59,9 +59,11 @@ __device__ __forceinline__ void wgmma_gemm(TiledMma& tiled_mma, TensorA& tCrA, T
 }
 
 // cp.async's shared-memory writes are ordinary ones; the warpgroup MMAs read through the async
-// proxy: each thread fences its landed copies before the barrier that publishes them.
+// proxy: each thread fences its landed copies before the barrier that publishes them. kPending: the
+// newest commit groups that may stay in flight.
+template <int kPending = 0>
 __device__ __forceinline__ void wait_copies_and_sync() {
-  cp_async_wait<0>();
+  cp_async_wait<kPending>();
   cutlass::arch::fence_view_async_shared();
   __syncthreads();
 }
