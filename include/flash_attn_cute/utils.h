@@ -46,22 +46,6 @@ __host__ __device__ constexpr auto acc_layout_as_A(Layout acc) {
   }
 }
 
-// Calls f(row, col, a, b) for every pair of adjacent-column values (a, b) = (acc(i), acc(i + 1)) of an
-// m16n8k16 accumulator, with (row, col) the pair's first coordinate in coords (the accumulator's
-// identity-tensor partition). acc, coords: (MMA, MMA_M, MMA_N).
-template <class TensorAcc, class TensorC, class F>
-__device__ __forceinline__ void for_each_acc_pair(TensorAcc const& acc, TensorC const& coords, F&& f) {
-  Tensor acc_rc = make_tensor(acc.data(), acc_layout_rowcol(acc.layout()));        // (rows, cols)
-  Tensor coord_rc = make_tensor(coords.data(), acc_layout_rowcol(coords.layout()));  // (rows, cols) -> (m, n)
-#pragma unroll
-  for (int mi = 0; mi < size<0>(acc_rc); ++mi) {
-#pragma unroll
-    for (int ni = 0; ni < size<1>(acc_rc); ni += 2) {
-      f(get<0>(coord_rc(mi, ni)), get<1>(coord_rc(mi, ni)), acc_rc(mi, ni), acc_rc(mi, ni + 1));
-    }
-  }
-}
-
 // Rows [row0, row0 + kRows) of a row-major matrix whose rows lie row_stride elements apart, as a
 // (kRows, kCols) global tile: a row block of Q, O or dQ, a key block of K or V.
 template <int kRows, int kCols, class Element>

@@ -667,15 +667,15 @@ void test_dq_accum_offset() {
 // index to 64 contiguous floats. The kernel's dQ MMA partition (TiledMmadQ), through which the main
 // kernel adds its fragments and bwd_convert_dq_fragments_kernel reads them back: every thread's
 // fragment is compact, holds its values in pairs (i, i + 1), i even, of adjacent columns (c, c + 1),
-// c even, of one row (as for_each_acc_pair assumes), and the threads' fragments cover each
-// (row, col) of the tile once.
-template <int D>
-void check_dq_fragment() {
-  using Traits = BwdKernelTraits<D, cutlass::bfloat16_t>;
+// c even, of one row, and the threads' fragments cover each (row, col) of the tile once; and, as
+// the conversion reads 8 floats of the order at a time, pair i of threads 4q .. 4q + 3 holds columns
+// c .. c + 7, c a multiple of 8, of one row. Traits: the SM80 backward's and the Hopper backward's.
+template <class Traits>
+void check_dq_fragment(std::string const& where) {
+  constexpr int D = Traits::kHeadDim;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kThreads = Traits::kNThreads;
   constexpr int kFloats = kBlockM * D;
-  const std::string where = fmt("bwd hdim %d", D);
 
   CHECK(kFloats % (2 * kThreads) == 0, where + ": dQ tile not a whole number of pairs per thread");
   CHECK(kFloats <= kBlockM * dq_accum_row_floats(D), where + ": fragment order overflows the tile's rows");
@@ -720,36 +720,28 @@ void check_dq_fragment() {
     CHECK_EQ(covered[f], 1, where + fmt(": (row %d, col %d) in %d fragments", f / D, f % D, covered[f]));
     if (covered[f] != 1) break;
   }
+  for (int q = 0; q < kThreads; q += 4) {
+    auto quad = mma_dq.get_thread_slice(q).partition_C(make_identity_tensor(tile_mk));
+    for (int i = 0; i < size(acc); i += 2) {
+      const int row = get<0>(quad(i)), col = get<1>(quad(i));
+      for (int t = 0; t < 4; ++t) {
+        auto coords = mma_dq.get_thread_slice(q + t).partition_C(make_identity_tensor(tile_mk));
+        CHECK(get<0>(coords(i)) == row && get<1>(coords(i)) == col + 2 * t && col % 8 == 0,
+              where + fmt(": pair %d of threads %d .. %d not 8 columns of a row", i / 2, q, q + 3));
+      }
+    }
+  }
 }
 
 template <size_t... I>
 void check_dq_fragments(std::index_sequence<I...>) {
-  (check_dq_fragment<kFwdHeadDims[I]>(), ...);
+  (check_dq_fragment<BwdKernelTraits<kFwdHeadDims[I], cutlass::bfloat16_t>>(fmt("bwd hdim %d", kFwdHeadDims[I])), ...);
 }
 
-void test_dq_fragment() { check_dq_fragments(std::make_index_sequence<std::size(kFwdHeadDims)>{}); }
-
-// ----------------------------------------------------------------------------------------------
-// split_kv: the split heuristic, the key blocks of each split, and the combine math.
-
-// The heuristic's rule, written independently: the smallest useful split count whose efficiency is
-// within 95 % of the best one's.
-int ref_num_splits(int ctas, int num_sms, int n_blocks, int max_splits) {
-  if (ctas <= 0 || num_sms <= 0 || n_blocks <= 1 || ctas * 10 >= num_sms * 8) return 1;
-  const int limit = std::min({max_splits, num_sms, n_blocks, kMaxSplits});
-  std::vector<double> eff(limit + 1, -1.0);
-  double best = 0.0;
-  for (int s = 1; s <= limit; ++s) {
-    const long blocks_now = (n_blocks + s - 1) / s, blocks_before = s > 1 ? (n_blocks + s - 2) / (s - 1) : -1;
-    if (s > 1 && blocks_now == blocks_before) continue;
-    const double waves = double(ctas) * s / num_sms;
-    eff[s] = waves / std::ceil(waves - 1e-9);
-    best = std::max(best, eff[s]);
-  }
-  for (int s = 1; s <= limit; ++s) {
-    if (eff[s] >= 0 && eff[s] >= 0.95 * best - 1e-6) return s;
-  }
-  return 1;
+void test_dq_fragment() {
+  check_dq_fragments(std::make_index_sequence<std::size(kFwdHeadDims)>{});
+  check_dq_fragment<BwdKernelTraitsSm90<64, cutlass::bfloat16_t>>("Hopper bwd hdim 64");
+  check_dq_fragment<BwdKernelTraitsSm90<128, cutlass::bfloat16_t>>("Hopper bwd hdim 128");
 }
 
 void test_split_heuristic() {
