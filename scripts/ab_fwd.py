@@ -53,8 +53,13 @@ ROWS = {  # name: (head dim, causal, keyword arguments of flash_attn_func; "seql
     "h128 full 1k": (128, False, {"seqlen": 1024}),
     "h128 causal 2k": (128, True, {"seqlen": 2048}),
     "h128 full 2k": (128, False, {"seqlen": 2048}),
-    "h128 full 128": (128, False, {"seqlen": 128}),  # short rows: the three-CTA Hopper kernel
+    "h128 full 128": (128, False, {"seqlen": 128}),  # short rows
+    "h128 causal 128": (128, True, {"seqlen": 128}),
+    "h128 full 256": (128, False, {"seqlen": 256}),
     "h128 causal 256": (128, True, {"seqlen": 256}),
+    "h128 causal 512": (128, True, {"seqlen": 512}),
+    "h128 causal softcap 256": (128, True, {"softcap": 30.0, "seqlen": 256}),
+    "h128 full dropout 256": (128, False, {"dropout_p": 0.1, "seqlen": 256}),
     "h96 causal": (96, True, {}),
     "h96 full": (96, False, {}),
     "h96 causal softcap": (96, True, {"softcap": 30.0}),
@@ -64,6 +69,9 @@ ROWS = {  # name: (head dim, causal, keyword arguments of flash_attn_func; "seql
     "h64 causal softcap": (64, True, {"softcap": 30.0}),
     "h64 full softcap": (64, False, {"softcap": 30.0}),
     "h64 causal alibi": (64, True, {"alibi": True}),
+    "h64 causal 1k": (64, True, {"seqlen": 1024}),
+    "h64 full 1k": (64, False, {"seqlen": 1024}),
+    "h64 full 128": (64, False, {"seqlen": 128}),
     "h64 full 256": (64, False, {"seqlen": 256}),
     "h64 causal 256": (64, True, {"seqlen": 256}),
 }

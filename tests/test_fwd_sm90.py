@@ -36,12 +36,12 @@ def _takes_hopper_kernel(fn, ws=False):
     return any(kernel in name for name in _kernel_names(fn))
 
 
-@pytest.fixture(params=["auto", "ws"])
+@pytest.fixture(params=["three_cta", "ws"])
 def hopper_kernel(request, monkeypatch):
-    """Which Hopper forward runs: the dispatcher's choice, or the warp-specialized kernel forced
-    (FLASH_ATTN_CUTE_SM90_WS=1; it exists for kernel head dims from 64 on, tile_size.h)."""
-    if request.param == "ws":
-        monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
+    """Which Hopper forward runs, forced: the three-CTA kernel (FLASH_ATTN_CUTE_SM90_WS=0) or the
+    warp-specialized one (=1; it exists for kernel head dims from 64 on, tile_size.h). The
+    dispatcher's choice between them: test_kernel_choice_by_row_length."""
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1" if request.param == "ws" else "0")
     return request.param
 
 
@@ -172,39 +172,62 @@ def test_which_calls_take_the_hopper_kernel(causal, monkeypatch):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_long_rows_take_the_warp_specialized_kernel(causal, monkeypatch):
-    """From head dim 96 on, rows that see 256 keys or more on average take it, at head dim 64 rows
-    that see 512, shorter ones the three-CTA kernel; FLASH_ATTN_CUTE_SM90_WS=0 / 1 overrides the choice."""
+def test_kernel_choice_by_row_length(causal, monkeypatch):
+    """Full rows (not causal, no window) take the warp-specialized kernel at every length (at head dim
+    64 but softcap's), short sequences (256 keys) at head dim 128 too (but softcap's with a window
+    edge), the rest where rows see 256 keys or more on average (512 at head dim 64, 1024 with cp.async
+    loads); the others the three-CTA kernel. FLASH_ATTN_CUTE_SM90_WS=0 / 1 overrides the choice."""
     _require_built(torch.bfloat16, 128, causal)
     short = tuple(_randn(64, 128, 16, 128, dtype=torch.bfloat16) for _ in range(3))
     long = tuple(_randn(4, 1024, 16, 128, dtype=torch.bfloat16) for _ in range(3))
     run = lambda qkv, **kw: lambda: fac.flash_attn_func(*qkv, causal=causal, **kw)  # noqa: E731
-    assert _takes_hopper_kernel(run(long), ws=True)
-    assert _takes_hopper_kernel(run(short)) and not _takes_hopper_kernel(run(short), ws=True)
+    three_cta = lambda fn: _takes_hopper_kernel(fn) and not _takes_hopper_kernel(fn, ws=True)  # noqa: E731
+    assert _takes_hopper_kernel(run(long), ws=True) and _takes_hopper_kernel(run(short), ws=True)
     if ("bf16", 128, causal, "mods") in BUILT_FWD_SM90_KERNELS:
         assert _takes_hopper_kernel(run(long, softcap=30.0), ws=True)
-        assert not _takes_hopper_kernel(run(long, window_size=(100, 100)), ws=True), "a window bounds the keys"
+        assert _takes_hopper_kernel(run(short, alibi_slopes=torch.rand(16, device="cuda")), ws=True)
+        assert _takes_hopper_kernel(run(short, window_size=(32, 32)), ws=True), "a short sequence"
+        assert three_cta(run(long, window_size=(64, 64))), "a window's few keys in a long sequence"
+        softcap_short = run(short, softcap=30.0)
+        assert _takes_hopper_kernel(softcap_short, ws=True) if not causal else three_cta(softcap_short)
     if ("bf16", 64, causal, "plain") in BUILT_FWD_SM90_KERNELS:
         long64 = tuple(_randn(1, 4096, 16, 64, dtype=torch.bfloat16) for _ in range(3))
         short64 = tuple(_randn(16, 256, 16, 64, dtype=torch.bfloat16) for _ in range(3))
         assert _takes_hopper_kernel(run(long64), ws=True)
-        assert _takes_hopper_kernel(run(short64)) and not _takes_hopper_kernel(run(short64), ws=True)
-        # With cp.async loads (varlen here) hdim 64 keeps the three-CTA kernel up to 1024 keys a row.
+        assert three_cta(run(short64)) if causal else _takes_hopper_kernel(run(short64), ws=True)
+        # With cp.async loads (varlen here) rows with a window edge keep the three-CTA kernel up to
+        # 1024 keys a row; full rows take the warp-specialized one.
         cu = torch.tensor([0, 768, 1536], device="cuda", dtype=torch.int32)
         qkv = tuple(_randn(1536, 16, 64, dtype=torch.bfloat16) for _ in range(3))
-        varlen = lambda: fac.flash_attn_varlen_func(*qkv, cu, cu, 768, 768, causal=False)  # noqa: E731
-        assert _takes_hopper_kernel(varlen) and not _takes_hopper_kernel(varlen, ws=True)
+        varlen = lambda: fac.flash_attn_varlen_func(*qkv, cu, cu, 768, 768, causal=causal)  # noqa: E731
+        assert three_cta(varlen) if causal else _takes_hopper_kernel(varlen, ws=True)
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "0")
-    assert _takes_hopper_kernel(run(long)) and not _takes_hopper_kernel(run(long), ws=True)
+    assert three_cta(run(long))
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
     assert _takes_hopper_kernel(run(short), ws=True)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_three_cta_dropout_matches_reference(head_dim, causal, monkeypatch):
+    """Dropout on the three-CTA kernel (FLASH_ATTN_CUTE_SM90_WS=0; by default short rows at head dim
+    128 take the warp-specialized one): the reference applies the mask the kernel returns."""
+    _require_built(torch.bfloat16, head_dim, causal, "dropout")
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "0")
+    torch.manual_seed(3)
+    q = _randn(2, 200, 8, head_dim, dtype=torch.bfloat16)
+    k, v = (_randn(2, 333, 2, head_dim, dtype=torch.bfloat16) for _ in range(2))
+    call = lambda: fac.flash_attn_func(q, k, v, dropout_p=0.17, causal=causal, return_attn_probs=True)  # noqa: E731
+    assert _takes_hopper_kernel(call) and not _takes_hopper_kernel(call, ws=True)
+    out, lse, probs = call()
+    _check(q, k, v, causal, out, lse, dropout_p=0.17, dropout_mask=~probs.signbit())
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_head_dim_256_score_mods_and_dropout_take_the_warp_specialized_kernel(causal):
-    """At head dim 256 the softcap, ALiBi, window and dropout calls whose rows see 256 keys or more
-    run the warp-specialized kernel, shorter ones the SM80 kernel (no three-CTA kernel there); both
-    match the reference."""
+    """At head dim 256 the softcap, ALiBi, window and dropout calls on full rows (not causal, no
+    window) or whose rows see 256 keys or more run the warp-specialized kernel, the others the SM80
+    kernel (no three-CTA kernel there); both match the reference."""
     torch.manual_seed(3)
     slopes = torch.rand(8, device="cuda", dtype=torch.float32) * 0.3
     cases = [("mods", "softcap"), ("mods", "alibi"), ("dropout", "dropout")]
@@ -220,8 +243,9 @@ def test_head_dim_256_score_mods_and_dropout_take_the_warp_specialized_kernel(ca
             q, k, v = (_randn(batch, seqlen, 8, 256, dtype=torch.bfloat16) for _ in range(3))
             call = lambda: fac.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True, **mods)  # noqa: E731
             names = _kernel_names(call)
-            assert any("flash_fwd_sm90_ws_kernel" in n for n in names) == long_rows, (mods, seqlen)
-            assert long_rows or any("flash_fwd_kernel" in n for n in names), (mods, seqlen)
+            ws = long_rows or (not causal and name != "window")
+            assert any("flash_fwd_sm90_ws_kernel" in n for n in names) == ws, (mods, seqlen)
+            assert ws or any("flash_fwd_kernel" in n for n in names), (mods, seqlen)
             assert not any("flash_fwd_sm90_kernel" in n for n in names), (mods, seqlen)
             out, lse, probs = call()
             ref_mods = dict(mods, dropout_mask=~probs.signbit()) if variant == "dropout" else mods

@@ -161,16 +161,21 @@ void test_tile_table() {
     CHECK(got >= 0.9 * want - 1 && got <= 1.1 * want + 1,
           fmt("mean keys per row of %d x %d, window (%d, %d): %.1f, counted %.1f", c[0], c[1], c[2], c[3], got, want));
   }
-  CHECK(fwd_sm90_ws_pays(128, 512, 512, -1, 0) && fwd_sm90_ws_pays(96, 256, 256, -1, -1) &&
-            fwd_sm90_ws_pays(256, 16384, 16384, 1024, 0) && !fwd_sm90_ws_pays(128, 256, 256, -1, 0) &&
-            !fwd_sm90_ws_pays(192, 16384, 16384, 128, 0),
-        "the warp-specialized kernel from head dim 96 on where rows see 256 keys or more");
-  CHECK(fwd_sm90_ws_pays(64, 1024, 1024, -1, 0) && fwd_sm90_ws_pays(64, 512, 512, -1, -1) &&
-            !fwd_sm90_ws_pays(64, 512, 512, -1, 0) && !fwd_sm90_ws_pays(32, 16384, 16384, -1, -1),
-        "the warp-specialized kernel at head dim 64 where rows see 512 keys or more");
-  CHECK(!fwd_sm90_ws_pays(64, 1024, 1024, -1, 0, false) && fwd_sm90_ws_pays(64, 1024, 1024, -1, -1, false) &&
-            fwd_sm90_ws_pays(128, 512, 512, -1, 0, false),
-        "with cp.async loads, hdim 64 takes the warp-specialized kernel from 1024 keys a row");
+  CHECK(fwd_sm90_ws_pays(128, 128, 128, -1, -1, true) && fwd_sm90_ws_pays(96, 128, 128, -1, -1, false) &&
+            fwd_sm90_ws_pays(192, 128, 128, -1, -1, true) && fwd_sm90_ws_pays(256, 200, 100, -1, -1, false) &&
+            fwd_sm90_ws_pays(64, 128, 128, -1, -1, false) && fwd_sm90_ws_pays(64, 128, 128, -1, -1, false, false) &&
+            !fwd_sm90_ws_pays(64, 256, 256, -1, -1, true) && !fwd_sm90_ws_pays(32, 16384, 16384, -1, -1, false),
+        "full rows take the warp-specialized kernel from head dim 64 on at any length, but softcap's at 64");
+  CHECK(fwd_sm90_ws_pays(128, 128, 128, -1, 0, false) && fwd_sm90_ws_pays(96, 256, 256, 32, 32, false) &&
+            !fwd_sm90_ws_pays(128, 256, 256, -1, 0, true) && !fwd_sm90_ws_pays(128, 512, 300, 64, 0, false) &&
+            !fwd_sm90_ws_pays(192, 256, 256, -1, 0, false) && !fwd_sm90_ws_pays(64, 256, 256, -1, 0, false),
+        "short sequences (256 keys) with a window edge take it at head dims 96 and 128, but softcap's");
+  CHECK(fwd_sm90_ws_pays(128, 512, 512, -1, 0, true) && fwd_sm90_ws_pays(256, 16384, 16384, 1024, 0, false) &&
+            !fwd_sm90_ws_pays(128, 16384, 16384, 64, 64, false) && !fwd_sm90_ws_pays(192, 16384, 16384, 128, 0, false),
+        "from head dim 96 on, rows with a window edge take it where they see 256 keys or more");
+  CHECK(fwd_sm90_ws_pays(64, 1024, 1024, -1, 0, false) && fwd_sm90_ws_pays(64, 512, 512, -1, -1, true) &&
+            !fwd_sm90_ws_pays(64, 512, 512, -1, 0, false) && !fwd_sm90_ws_pays(64, 1024, 1024, -1, 0, false, false),
+        "at head dim 64 the rest from 512 keys a row, 1024 with cp.async loads");
   CHECK_EQ(fwd_sm90_ws_smem_bytes(fwd_sm90_ws_tile_shape(128), 128), 229504,
            "sm90 ws smem at hdim 128 (two Q buffers and O's)");
   CHECK_EQ(fwd_sm90_ws_smem_bytes(fwd_sm90_ws_tile_shape(256), 256), 196736, "sm90 ws smem at hdim 256 (O in Q's)");
@@ -742,6 +747,29 @@ void test_dq_fragment() {
   check_dq_fragments(std::make_index_sequence<std::size(kFwdHeadDims)>{});
   check_dq_fragment<BwdKernelTraitsSm90<64, cutlass::bfloat16_t>>("Hopper bwd hdim 64");
   check_dq_fragment<BwdKernelTraitsSm90<128, cutlass::bfloat16_t>>("Hopper bwd hdim 128");
+}
+
+// ----------------------------------------------------------------------------------------------
+// split_kv: the split heuristic, the key blocks of each split, and the combine math.
+
+// The heuristic's rule, written independently: the smallest useful split count whose efficiency is
+// within 95 % of the best one's.
+int ref_num_splits(int ctas, int num_sms, int n_blocks, int max_splits) {
+  if (ctas <= 0 || num_sms <= 0 || n_blocks <= 1 || ctas * 10 >= num_sms * 8) return 1;
+  const int limit = std::min({max_splits, num_sms, n_blocks, kMaxSplits});
+  std::vector<double> eff(limit + 1, -1.0);
+  double best = 0.0;
+  for (int s = 1; s <= limit; ++s) {
+    const long blocks_now = (n_blocks + s - 1) / s, blocks_before = s > 1 ? (n_blocks + s - 2) / (s - 1) : -1;
+    if (s > 1 && blocks_now == blocks_before) continue;
+    const double waves = double(ctas) * s / num_sms;
+    eff[s] = waves / std::ceil(waves - 1e-9);
+    best = std::max(best, eff[s]);
+  }
+  for (int s = 1; s <= limit; ++s) {
+    if (eff[s] >= 0 && eff[s] >= 0.95 * best - 1e-6) return s;
+  }
+  return 1;
 }
 
 void test_split_heuristic() {
