@@ -207,6 +207,28 @@ def test_kernel_choice_by_row_length(causal, monkeypatch):
     assert _takes_hopper_kernel(run(short), ws=True)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_kernel_choice_above_head_dim_128(causal):
+    """At head dim 256 short sequences (256 keys) take the warp-specialized kernel on the plain
+    kernels (causal, a left window), the score mods with a window edge the SM80 kernel, and a narrow
+    window in a long sequence the three-CTA kernel; the outputs match the reference."""
+    _require_built(torch.bfloat16, 256, causal)
+    short = tuple(_randn(32, 256, 8, 256, dtype=torch.bfloat16) for _ in range(3))
+    long = tuple(_randn(2, 1024, 8, 256, dtype=torch.bfloat16) for _ in range(3))
+    run = lambda qkv, **kw: lambda: fac.flash_attn_func(*qkv, causal=causal, **kw)  # noqa: E731
+    for qkv, mods, ws in ((short, {}, True), (short, dict(window_size=(64, 0)), True),
+                          (long, dict(window_size=(64, 0)), False)):
+        names = _kernel_names(run(qkv, **mods))
+        assert any("flash_fwd_sm90_ws_kernel" in n for n in names) == ws, mods
+        assert ws or any("flash_fwd_sm90_kernel" in n for n in names), mods
+        out, lse = run(qkv, return_attn_probs=True, **mods)()[:2]
+        _check(*qkv, causal, out, lse, **mods)
+    if causal and ("bf16", 256, True, "mods") in BUILT_FWD_SM90_KERNELS:
+        slopes = torch.rand(8, device="cuda") * 0.3
+        names = _kernel_names(run(short, alibi_slopes=slopes))
+        assert any("flash_fwd_kernel" in n for n in names) and not any("sm90" in n for n in names)
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_three_cta_dropout_matches_reference(head_dim, causal, monkeypatch):

@@ -35,19 +35,18 @@ inline bool fwd_ws_tma_fits(FwdParams const& p) {
 }
 
 // Whether a Hopper forward launch of that kernel head dim and variant takes the warp-specialized
-// kernel (fwd_kernel_sm90_ws.h): FLASH_ATTN_CUTE_SM90_WS (params.sm90_ws) or, by default, where rows
-// see enough keys (fwd_sm90_ws_pays: at hdim 128 any but for softcap, fewer at hdim 64 where its loads
-// are TMA's) within the window as the kernel reads it (the plain kernels take theirs from
-// params.is_causal, the kernel's causal flag).
+// kernel (fwd_kernel_sm90_ws.h): FLASH_ATTN_CUTE_SM90_WS (params.sm90_ws) or, by default, where
+// fwd_sm90_ws_pays says so for the rows within the window as the kernel reads it (the plain kernels
+// take theirs from params.is_causal, the kernel's causal flag).
 inline bool fwd_sm90_takes_ws(FwdParams const& params, int kernel_head_dim, Variant variant) {
   if (!fwd_sm90_warp_specialized(kernel_head_dim) || params.sm90_ws == 0) return false;
   if (params.sm90_ws == 1) return true;
   const Window window = variant != Variant::kPlain
                             ? params.window
                             : Window{params.is_causal ? params.window.left : -1, params.is_causal ? 0 : -1};
-  const bool softcap = variant != Variant::kPlain && params.softcap > 0.f;
-  return fwd_sm90_ws_pays(kernel_head_dim, params.seqlen_q, params.seqlen_k, window.left, window.right, softcap,
-                          fwd_ws_tma_fits(params));
+  const bool score_mods = variant != Variant::kPlain;
+  return fwd_sm90_ws_pays(kernel_head_dim, params.seqlen_q, params.seqlen_k, window.left, window.right,
+                          score_mods && params.softcap > 0.f, score_mods, fwd_ws_tma_fits(params));
 }
 
 // Runs the forward on params.dtype / params.head_dim / params.is_causal. Returns

@@ -131,26 +131,30 @@ constexpr double fwd_mean_keys_per_row(int seqlen_q, int seqlen_k, int left, int
   return total / kSamples;
 }
 
-// Whether the warp-specialized kernel pays for a call; softcap: a softcap call; tma: whether its loads
-// would be TMA's (fwd_ws_tma_fits). Its tiles' starts and epilogues overlap other tiles' MMAs (the
-// three-CTA kernel's do not), which short rows feel most; the three-CTA kernel's 64 x 64 tiles mask
-// less of a window edge (causal, local) away. So it takes full rows (no window edge: not causal, no
-// local window) at every length, but softcap's at head dim 64; short sequences at head dims 96 and
-// 128, but softcap's with a window edge; the rest where rows see fwd_sm90_ws_min_mean_keys on
-// average. Measured on H200 (session 41, bf16, 16k tokens at 128 to 1024 a sequence, both kernels
-// of one build, us): hdim 128 plain non-causal 128 75 against 106 (cuDNN 73), causal 128 75 against
-// 92, causal 256 86 against 107, non-causal 256 softcap 141 against 144, ALiBi 10-20 % and dropout
-// 13-26 % faster, causal softcap 256 130 against 109; hdim 96 non-causal 128 82 against 117,
-// causal 256 108 against 114, window (64, 64) at 512 157 against 138; hdim 64 non-causal 128 109
-// against 121, 256 142 against 162, softcap 256 219 against 208, causal 256 138 against 119; hdims
-// 192 and 256 non-causal 7-19 % faster at every length, causal 128 1-2 % slower (their score mods
-// with a window edge, at 256 the SM80 kernel's, up to 30 % faster).
+// Whether the warp-specialized kernel pays for a call. softcap: a softcap call; score_mods: a call
+// of the score-mod or dropout kernels (not the plain ones: causal, a left window); tma: whether its
+// loads would be TMA's (fwd_ws_tma_fits). Its tiles' starts and epilogues overlap other tiles' MMAs
+// (the three-CTA kernel's do not), which short rows feel most; the three-CTA kernel's 64 x 64 tiles
+// mask less of a window edge (causal, local) away. So it takes full rows (no window edge: not
+// causal, no local window) at every length, but softcap's at head dim 64; sequences of up to 256
+// keys at head dims 96 and 128 but softcap's with a window edge, above 128 the plain kernels'; the
+// rest where rows see fwd_sm90_ws_min_mean_keys on average. Measured on H200 (session 41, bf16, 16k
+// tokens at 128 to 1024 a sequence, both kernels of one build, us): hdim 128 plain non-causal 128
+// 75 against 106 (cuDNN 73), causal 128 75 against 92, causal 256 86 against 107, non-causal 256
+// softcap 141 against 144, ALiBi 10-20 % and dropout 13-26 % faster, causal softcap 256 130 against
+// 109; hdim 96 non-causal 128 82 against 117, causal 256 108 against 114, window (64, 64) at 512 157
+// against 138; hdim 64 non-causal 128 109 against 121, 256 142 against 162, softcap 256 219
+// against 208, causal 256 138 against 119; hdims 192 and 256 non-causal 7-19 % faster at every
+// length, causal 256 5-11 %, window (64, 0) at 128 13-21 % (causal 128 1-2 % slower), their causal
+// score mods at 128-256 on the three-CTA kernel, at 256 the SM80 one's, up to 30 % slower.
 constexpr bool fwd_sm90_ws_pays(int kernel_head_dim, int seqlen_q, int seqlen_k, int left, int right, bool softcap,
-                                bool tma = true) {
+                                bool score_mods, bool tma = true) {
   if (!fwd_sm90_warp_specialized(kernel_head_dim)) return false;
   const bool full_rows = left < 0 && right < 0;
   if (full_rows && (kernel_head_dim > 64 || !softcap)) return true;
-  if (kernel_head_dim > 64 && kernel_head_dim <= 128 && seqlen_k <= kFwdSm90WsShortKeys && !softcap) return true;
+  if (seqlen_k <= kFwdSm90WsShortKeys && kernel_head_dim > 64 && (kernel_head_dim <= 128 ? !softcap : !score_mods)) {
+    return true;
+  }
   return fwd_mean_keys_per_row(seqlen_q, seqlen_k, left, right) >= fwd_sm90_ws_min_mean_keys(kernel_head_dim, tma);
 }
 // The score-mod and dropout forwards at head dim 256 exist warp-specialized only: the three-CTA

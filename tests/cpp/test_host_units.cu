@@ -161,20 +161,29 @@ void test_tile_table() {
     CHECK(got >= 0.9 * want - 1 && got <= 1.1 * want + 1,
           fmt("mean keys per row of %d x %d, window (%d, %d): %.1f, counted %.1f", c[0], c[1], c[2], c[3], got, want));
   }
-  CHECK(fwd_sm90_ws_pays(128, 128, 128, -1, -1, true) && fwd_sm90_ws_pays(96, 128, 128, -1, -1, false) &&
-            fwd_sm90_ws_pays(192, 128, 128, -1, -1, true) && fwd_sm90_ws_pays(256, 200, 100, -1, -1, false) &&
-            fwd_sm90_ws_pays(64, 128, 128, -1, -1, false) && fwd_sm90_ws_pays(64, 128, 128, -1, -1, false, false) &&
-            !fwd_sm90_ws_pays(64, 256, 256, -1, -1, true) && !fwd_sm90_ws_pays(32, 16384, 16384, -1, -1, false),
+  // (kernel head dim, seqlen_q, seqlen_k, left, right, softcap, score_mods[, tma])
+  CHECK(fwd_sm90_ws_pays(128, 128, 128, -1, -1, true, true) && fwd_sm90_ws_pays(96, 128, 128, -1, -1, false, false) &&
+            fwd_sm90_ws_pays(192, 128, 128, -1, -1, true, true) && fwd_sm90_ws_pays(256, 200, 100, -1, -1, false, true) &&
+            fwd_sm90_ws_pays(64, 128, 128, -1, -1, false, false) &&
+            fwd_sm90_ws_pays(64, 128, 128, -1, -1, false, true, false) &&
+            !fwd_sm90_ws_pays(64, 256, 256, -1, -1, true, true) &&
+            !fwd_sm90_ws_pays(32, 16384, 16384, -1, -1, false, false),
         "full rows take the warp-specialized kernel from head dim 64 on at any length, but softcap's at 64");
-  CHECK(fwd_sm90_ws_pays(128, 128, 128, -1, 0, false) && fwd_sm90_ws_pays(96, 256, 256, 32, 32, false) &&
-            !fwd_sm90_ws_pays(128, 256, 256, -1, 0, true) && !fwd_sm90_ws_pays(128, 512, 300, 64, 0, false) &&
-            !fwd_sm90_ws_pays(192, 256, 256, -1, 0, false) && !fwd_sm90_ws_pays(64, 256, 256, -1, 0, false),
+  CHECK(fwd_sm90_ws_pays(128, 128, 128, -1, 0, false, false) && fwd_sm90_ws_pays(96, 256, 256, 32, 32, false, true) &&
+            fwd_sm90_ws_pays(128, 200, 200, -1, 0, false, true) && !fwd_sm90_ws_pays(128, 256, 256, -1, 0, true, true) &&
+            !fwd_sm90_ws_pays(128, 512, 300, 64, 0, false, false) && !fwd_sm90_ws_pays(64, 256, 256, -1, 0, false, false),
         "short sequences (256 keys) with a window edge take it at head dims 96 and 128, but softcap's");
-  CHECK(fwd_sm90_ws_pays(128, 512, 512, -1, 0, true) && fwd_sm90_ws_pays(256, 16384, 16384, 1024, 0, false) &&
-            !fwd_sm90_ws_pays(128, 16384, 16384, 64, 64, false) && !fwd_sm90_ws_pays(192, 16384, 16384, 128, 0, false),
+  CHECK(fwd_sm90_ws_pays(256, 256, 256, -1, 0, false, false) && fwd_sm90_ws_pays(192, 128, 128, 64, 0, false, false) &&
+            !fwd_sm90_ws_pays(256, 256, 256, -1, 0, false, true) && !fwd_sm90_ws_pays(192, 200, 200, 32, 32, false, true) &&
+            !fwd_sm90_ws_pays(256, 512, 300, -1, 0, false, false),
+        "above head dim 128, short sequences with a window edge take it on the plain kernels only");
+  CHECK(fwd_sm90_ws_pays(128, 512, 512, -1, 0, true, true) && fwd_sm90_ws_pays(256, 16384, 16384, 1024, 0, false, false) &&
+            !fwd_sm90_ws_pays(128, 16384, 16384, 64, 64, false, true) &&
+            !fwd_sm90_ws_pays(192, 16384, 16384, 128, 0, false, false),
         "from head dim 96 on, rows with a window edge take it where they see 256 keys or more");
-  CHECK(fwd_sm90_ws_pays(64, 1024, 1024, -1, 0, false) && fwd_sm90_ws_pays(64, 512, 512, -1, -1, true) &&
-            !fwd_sm90_ws_pays(64, 512, 512, -1, 0, false) && !fwd_sm90_ws_pays(64, 1024, 1024, -1, 0, false, false),
+  CHECK(fwd_sm90_ws_pays(64, 1024, 1024, -1, 0, false, false) && fwd_sm90_ws_pays(64, 512, 512, -1, -1, true, true) &&
+            !fwd_sm90_ws_pays(64, 512, 512, -1, 0, false, false) &&
+            !fwd_sm90_ws_pays(64, 1024, 1024, -1, 0, false, false, false),
         "at head dim 64 the rest from 512 keys a row, 1024 with cp.async loads");
   CHECK_EQ(fwd_sm90_ws_smem_bytes(fwd_sm90_ws_tile_shape(128), 128), 229504,
            "sm90 ws smem at hdim 128 (two Q buffers and O's)");
