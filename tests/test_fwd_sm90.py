@@ -36,6 +36,11 @@ def _takes_hopper_kernel(fn, ws=False):
     return any(kernel in name for name in _kernel_names(fn))
 
 
+def _takes_three_cta_kernel(fn):
+    """Whether fn runs the three-CTA Hopper forward (flash_fwd_sm90_kernel, not the _ws_ one)."""
+    return any("flash_fwd_sm90_kernel" in name for name in _kernel_names(fn))
+
+
 @pytest.fixture(params=["three_cta", "ws"])
 def hopper_kernel(request, monkeypatch):
     """Which Hopper forward runs, forced: the three-CTA kernel (FLASH_ATTN_CUTE_SM90_WS=0) or the
@@ -181,28 +186,27 @@ def test_kernel_choice_by_row_length(causal, monkeypatch):
     short = tuple(_randn(64, 128, 16, 128, dtype=torch.bfloat16) for _ in range(3))
     long = tuple(_randn(4, 1024, 16, 128, dtype=torch.bfloat16) for _ in range(3))
     run = lambda qkv, **kw: lambda: fac.flash_attn_func(*qkv, causal=causal, **kw)  # noqa: E731
-    three_cta = lambda fn: _takes_hopper_kernel(fn) and not _takes_hopper_kernel(fn, ws=True)  # noqa: E731
     assert _takes_hopper_kernel(run(long), ws=True) and _takes_hopper_kernel(run(short), ws=True)
     if ("bf16", 128, causal, "mods") in BUILT_FWD_SM90_KERNELS:
         assert _takes_hopper_kernel(run(long, softcap=30.0), ws=True)
         assert _takes_hopper_kernel(run(short, alibi_slopes=torch.rand(16, device="cuda")), ws=True)
         assert _takes_hopper_kernel(run(short, window_size=(32, 32)), ws=True), "a short sequence"
-        assert three_cta(run(long, window_size=(64, 64))), "a window's few keys in a long sequence"
+        assert _takes_three_cta_kernel(run(long, window_size=(64, 64))), "a window's few keys in a long sequence"
         softcap_short = run(short, softcap=30.0)
-        assert _takes_hopper_kernel(softcap_short, ws=True) if not causal else three_cta(softcap_short)
+        assert _takes_hopper_kernel(softcap_short, ws=True) if not causal else _takes_three_cta_kernel(softcap_short)
     if ("bf16", 64, causal, "plain") in BUILT_FWD_SM90_KERNELS:
         long64 = tuple(_randn(1, 4096, 16, 64, dtype=torch.bfloat16) for _ in range(3))
         short64 = tuple(_randn(16, 256, 16, 64, dtype=torch.bfloat16) for _ in range(3))
         assert _takes_hopper_kernel(run(long64), ws=True)
-        assert three_cta(run(short64)) if causal else _takes_hopper_kernel(run(short64), ws=True)
+        assert _takes_three_cta_kernel(run(short64)) if causal else _takes_hopper_kernel(run(short64), ws=True)
         # With cp.async loads (varlen here) rows with a window edge keep the three-CTA kernel up to
         # 1024 keys a row; full rows take the warp-specialized one.
         cu = torch.tensor([0, 768, 1536], device="cuda", dtype=torch.int32)
         qkv = tuple(_randn(1536, 16, 64, dtype=torch.bfloat16) for _ in range(3))
         varlen = lambda: fac.flash_attn_varlen_func(*qkv, cu, cu, 768, 768, causal=causal)  # noqa: E731
-        assert three_cta(varlen) if causal else _takes_hopper_kernel(varlen, ws=True)
+        assert _takes_three_cta_kernel(varlen) if causal else _takes_hopper_kernel(varlen, ws=True)
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "0")
-    assert three_cta(run(long))
+    assert _takes_three_cta_kernel(run(long))
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
     assert _takes_hopper_kernel(run(short), ws=True)
 
@@ -240,7 +244,7 @@ def test_three_cta_dropout_matches_reference(head_dim, causal, monkeypatch):
     q = _randn(2, 200, 8, head_dim, dtype=torch.bfloat16)
     k, v = (_randn(2, 333, 2, head_dim, dtype=torch.bfloat16) for _ in range(2))
     call = lambda: fac.flash_attn_func(q, k, v, dropout_p=0.17, causal=causal, return_attn_probs=True)  # noqa: E731
-    assert _takes_hopper_kernel(call) and not _takes_hopper_kernel(call, ws=True)
+    assert _takes_three_cta_kernel(call)
     out, lse, probs = call()
     _check(q, k, v, causal, out, lse, dropout_p=0.17, dropout_mask=~probs.signbit())
 

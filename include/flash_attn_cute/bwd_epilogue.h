@@ -158,8 +158,10 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     chunks[k][0] = tile[2 * chunk];
     chunks[k][1] = tile[2 * chunk + 1];
   }
-  // Chunk c = threadIdx.x + k kThreads holds pairs 4 c .. 4 c + 3 of the order: pair index
-  // 4 c / kThreads of threads quad .. quad + 3, the quad the same for every k.
+  // Chunk c = threadIdx.x + k kThreads holds slots 4 c .. 4 c + 3 of the order (dq_fragment_offset
+  // puts slot pair * kThreads + thread at float 2 slot): pair index 4 c / kThreads of threads
+  // quad .. quad + 3, the quad the same for every k.
+  static_assert(dq_fragment_offset(1, 0, kThreads) == 2 * kThreads && dq_fragment_offset(0, 1, kThreads) == 2);
   const int quad = 4 * threadIdx.x % kThreads;
   Tensor tdQcdQ = typename Traits::TiledMmadQ{}.get_thread_slice(quad).partition_C(
       make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // (MMA, MMA_M, MMA_K)

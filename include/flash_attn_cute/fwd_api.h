@@ -41,10 +41,9 @@ inline bool fwd_ws_tma_fits(FwdParams const& p) {
 inline bool fwd_sm90_takes_ws(FwdParams const& params, int kernel_head_dim, Variant variant) {
   if (!fwd_sm90_warp_specialized(kernel_head_dim) || params.sm90_ws == 0) return false;
   if (params.sm90_ws == 1) return true;
-  const Window window = variant != Variant::kPlain
-                            ? params.window
-                            : Window{params.is_causal ? params.window.left : -1, params.is_causal ? 0 : -1};
   const bool score_mods = variant != Variant::kPlain;
+  const Window window =
+      score_mods ? params.window : Window{params.is_causal ? params.window.left : -1, params.is_causal ? 0 : -1};
   return fwd_sm90_ws_pays(kernel_head_dim, params.seqlen_q, params.seqlen_k, window.left, window.right,
                           score_mods && params.softcap > 0.f, score_mods, fwd_ws_tma_fits(params));
 }
