@@ -371,6 +371,8 @@ void fill_params(FwdParams& params, Problem const& p, at::Tensor const& q, at::T
   params.use_sm90 = major == 9 && minor == 0 && !(sm90 != nullptr && std::string(sm90) == "0");
   const char* sm90_ws = std::getenv("FLASH_ATTN_CUTE_SM90_WS");
   params.sm90_ws = sm90_ws == nullptr ? -1 : std::string(sm90_ws) == "1" ? 1 : std::string(sm90_ws) == "0" ? 0 : -1;
+  const char* consumers = std::getenv("FLASH_ATTN_CUTE_SM90_WS_CONSUMERS");
+  params.sm90_ws_consumers = consumers == nullptr ? 0 : std::string(consumers) == "2" ? 2 : std::string(consumers) == "3" ? 3 : 0;
 }
 
 }  // namespace flash_attn_cute

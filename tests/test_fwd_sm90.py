@@ -41,19 +41,34 @@ def _takes_three_cta_kernel(fn):
     return any("flash_fwd_sm90_kernel" in name for name in _kernel_names(fn))
 
 
-@pytest.fixture(params=["three_cta", "ws"])
+def _ws_consumers(fn):
+    """The consumer warpgroups of the warp-specialized kernel of one loop per tile that fn runs
+    (kThreeConsumers, the last template argument of its traits, FwdKernelTraitsSm90Ws)."""
+    names = [n for n in _kernel_names(fn) if "flash_fwd_sm90_ws_kernel" in n]
+    assert len(names) == 1 and "(flash_attn_cute::Sm90Loops)0" in names[0], names
+    return 3 if "(flash_attn_cute::Sm90Loops)0, true>" in names[0] else 2
+
+
+@pytest.fixture(params=["three_cta", "ws", "ws3"])
 def hopper_kernel(request, monkeypatch):
     """Which Hopper forward runs, forced: the three-CTA kernel (FLASH_ATTN_CUTE_SM90_WS=0) or the
-    warp-specialized one (=1; it exists for kernel head dims from 64 on, tile_size.h). The
-    dispatcher's choice between them: test_kernel_choice_by_row_length."""
-    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1" if request.param == "ws" else "0")
+    warp-specialized one (=1; it exists for kernel head dims from 64 on, tile_size.h), whose plain
+    and score-mod kernels at head dim 64 come with two consumer warpgroups (ws) and three (ws3:
+    FLASH_ATTN_CUTE_SM90_WS_CONSUMERS). The dispatcher's choices: test_kernel_choice_by_row_length,
+    test_three_consumers_by_row_length."""
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "0" if request.param == "three_cta" else "1")
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS_CONSUMERS", "3" if request.param == "ws3" else "2")
     return request.param
 
 
-def _require_kernel(hopper_kernel, head_dim):
-    if hopper_kernel == "ws" and kernel_head_dim(head_dim) < 64:
+def _require_kernel(hopper_kernel, head_dim, per_tile=True):
+    """per_tile: whether the call runs a kernel of one loop per tile (not bf16 softcap's fixed-offset
+    ones, which have three consumers either way)."""
+    if hopper_kernel != "three_cta" and kernel_head_dim(head_dim) < 64:
         pytest.skip(f"no warp-specialized Hopper forward for head dim {head_dim}")
-    return hopper_kernel == "ws"
+    if hopper_kernel == "ws3" and (not per_tile or kernel_head_dim(head_dim) != 64):
+        pytest.skip("three consumers: the plain and score-mod kernels at head dim 64 only")
+    return hopper_kernel != "three_cta"
 
 
 def _ws_only(head_dim, variant):
@@ -143,7 +158,7 @@ def test_hopper_score_mods_match_reference(dtype, head_dim, seqlens, window, cau
     (seqlen_q, seqlen_k), (nheads, nheads_k) = seqlens, (16, 4)
     variant = kernel_variant(window, softcap, alibi, causal, seqlen_k)
     _require_built(dtype, head_dim, kernel_causal(causal, window), variant)
-    ws = _require_kernel(hopper_kernel, head_dim)
+    ws = _require_kernel(hopper_kernel, head_dim, per_tile=not (softcap and dtype == torch.bfloat16))
     batch = _batch_filling_sms(seqlen_q, nheads)
     q = _randn(batch, seqlen_q, nheads, head_dim, dtype=dtype, scale=3.0)
     k = _randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype)
@@ -209,6 +224,32 @@ def test_kernel_choice_by_row_length(causal, monkeypatch):
     assert _takes_three_cta_kernel(run(long))
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
     assert _takes_hopper_kernel(run(short), ws=True)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_three_consumers_by_row_length(causal, monkeypatch):
+    """The plain and score-mod warp-specialized kernels at head dim 64 take three consumer
+    warpgroups (192-row tiles) where rows see 512 keys or more, with a window edge (causal, local)
+    in sequences of 2048 rows or more, two elsewhere (tile_size.h's fwd_sm90_ws_three_consumers_pay);
+    FLASH_ATTN_CUTE_SM90_WS_CONSUMERS overrides the choice."""
+    _require_built(torch.bfloat16, 64, causal)
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
+    run = lambda batch, seqlen, **kw: lambda: fac.flash_attn_func(  # noqa: E731
+        *(_randn(batch, seqlen, 8, 64, dtype=torch.bfloat16) for _ in range(3)), causal=causal, **kw)
+    assert _ws_consumers(run(1, 4096)) == 3
+    assert _ws_consumers(run(1, 2048)) == 3, "causal 2048: 1024.5 keys a row on average"
+    assert _ws_consumers(run(2, 1024)) == (2 if causal else 3), "a causal 1024-row sequence"
+    assert _ws_consumers(run(16, 256)) == 2
+    if ("bf16", 64, causal, "mods") in BUILT_FWD_SM90_KERNELS:
+        alibi = dict(alibi_slopes=torch.rand(8, device="cuda"))
+        assert _ws_consumers(run(1, 4096, **alibi)) == 3
+        assert _ws_consumers(run(16, 256, **alibi)) == 2
+        assert _ws_consumers(run(1, 4096, window_size=(1024, 1024))) == 3
+        assert _ws_consumers(run(1, 4096, window_size=(256, 0))) == 2, "257 keys a row"
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS_CONSUMERS", "3")
+    assert _ws_consumers(run(2, 1024)) == 3
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS_CONSUMERS", "2")
+    assert _ws_consumers(run(1, 4096)) == 2
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -278,36 +319,39 @@ def test_head_dim_256_score_mods_and_dropout_take_the_warp_specialized_kernel(ca
             _check(q, k, v, causal, out, lse, **ref_mods)
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_warp_specialized_tiles_of_every_size(causal, monkeypatch):
+def test_warp_specialized_tiles_of_every_size(causal, head_dim, monkeypatch):
     """The persistent kernel's CTAs take their tiles from a counter that each launch leaves at 0
     for the next call on its stream (a graph capture gets a counter of its own): many tiles per SM
     of every size (varlen, causal, empty sequences, row blocks past a sequence's end), back-to-back
     calls of different tile counts, another stream and a CUDA graph's replays, then eager calls
-    again, all give the reference's output."""
-    _require_built(torch.bfloat16, 128, causal)
+    again, all give the reference's output. At head dim 64 on the three-consumer kernel (192-row
+    tiles)."""
+    _require_built(torch.bfloat16, head_dim, causal)
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS_CONSUMERS", "3")
     gen = torch.Generator().manual_seed(20)
     seqlens_q = torch.randint(0, 1200, (40,), generator=gen).tolist()
     seqlens_k = torch.randint(0, 1200, (40,), generator=gen).tolist()
     seqlens_q[3], seqlens_k[7], seqlens_q[11], seqlens_k[11] = 0, 0, 1, 1
     cu_q = torch.tensor([0] + seqlens_q, device="cuda").cumsum(0).int()
     cu_k = torch.tensor([0] + seqlens_k, device="cuda").cumsum(0).int()
-    q = _randn(int(cu_q[-1]), 8, 128, dtype=torch.bfloat16)
-    k = _randn(int(cu_k[-1]), 2, 128, dtype=torch.bfloat16)
-    v = _randn(int(cu_k[-1]), 2, 128, dtype=torch.bfloat16)
+    q = _randn(int(cu_q[-1]), 8, head_dim, dtype=torch.bfloat16)
+    k = _randn(int(cu_k[-1]), 2, head_dim, dtype=torch.bfloat16)
+    v = _randn(int(cu_k[-1]), 2, head_dim, dtype=torch.bfloat16)
     out = torch.full_like(q, float("nan"))
     call = lambda: fac.fwd(q, k, v, out=out, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,  # noqa: E731
                            max_seqlen_q=max(seqlens_q), max_seqlen_k=max(seqlens_k), causal=causal)
-    assert _takes_hopper_kernel(call, ws=True)
+    assert _takes_hopper_kernel(call, ws=True) and (head_dim != 64 or _ws_consumers(call) == 3)
 
     def check(q):
         ref, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal)
         ref_lowp, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal, upcast=False, reorder_ops=True)
         _assert_close_rule(out, ref, ref_lowp)
 
-    q2 = _randn(3, 700, 8, 128, dtype=torch.bfloat16)  # 3 x 8 x 6 tiles between the varlen calls
-    k2, v2 = (_randn(3, 900, 2, 128, dtype=torch.bfloat16) for _ in range(2))
+    q2 = _randn(3, 700, 8, head_dim, dtype=torch.bfloat16)  # 3 x 8 x 6 tiles between the varlen calls
+    k2, v2 = (_randn(3, 900, 2, head_dim, dtype=torch.bfloat16) for _ in range(2))
     other = lambda: fac.fwd(q2, k2, v2, causal=causal)  # noqa: E731
     other_first, other_lse = other()
     _check(q2, k2, v2, causal, other_first, other_lse)
@@ -444,7 +488,7 @@ def test_softcap_over_the_range_of_caps(head_dim, causal, seqlens, scores, softc
     57.5; O is their weighted sum of V). Causal 1023 x 300: the first rows see no key (O = 0,
     LSE = +inf)."""
     _require_built(torch.bfloat16, head_dim, causal, "mods")
-    ws = _require_kernel(hopper_kernel, head_dim)
+    ws = _require_kernel(hopper_kernel, head_dim, per_tile=False)
     torch.manual_seed(5)
     (seqlen_q, seqlen_k), (nheads, nheads_k), d = seqlens, (16, 4), head_dim
     batch = _batch_filling_sms(seqlen_q, nheads)
@@ -590,7 +634,7 @@ def test_softcap_alibi_over_slopes_and_windows(head_dim, causal, seqlens, window
     kernel (the running max, then that offset). Non-causal 1023 x 300: most rows' diagonals lie past the last key, so their nearest key
     is hundreds of positions away (with the window, many rows see no key: O = 0, LSE = +inf)."""
     _require_built(torch.bfloat16, head_dim, kernel_causal(causal, window), "mods")
-    ws = _require_kernel(hopper_kernel, head_dim)
+    ws = _require_kernel(hopper_kernel, head_dim, per_tile=False)
     torch.manual_seed(6)
     (seqlen_q, seqlen_k), (nheads, nheads_k), d, bf16 = seqlens, (16, 4), head_dim, torch.bfloat16
     batch = _batch_filling_sms(seqlen_q, nheads)

@@ -34,18 +34,34 @@ inline bool fwd_ws_tma_fits(FwdParams const& p) {
   return true;
 }
 
+// The window of a launch's rows as its kernel reads it: the plain kernels take theirs from
+// params.is_causal (the kernel's causal flag), causal with a left window or full.
+inline Window fwd_kernel_window(FwdParams const& params, Variant variant) {
+  if (variant != Variant::kPlain) return params.window;
+  return params.is_causal ? Window{params.window.left, 0} : Window{-1, -1};
+}
+
 // Whether a Hopper forward launch of that kernel head dim and variant takes the warp-specialized
 // kernel (fwd_kernel_sm90_ws.h): FLASH_ATTN_CUTE_SM90_WS (params.sm90_ws) or, by default, where
-// fwd_sm90_ws_pays says so for the rows within the window as the kernel reads it (the plain kernels
-// take theirs from params.is_causal, the kernel's causal flag).
+// fwd_sm90_ws_pays says so for the rows within the window as the kernel reads it (fwd_kernel_window).
 inline bool fwd_sm90_takes_ws(FwdParams const& params, int kernel_head_dim, Variant variant) {
   if (!fwd_sm90_warp_specialized(kernel_head_dim) || params.sm90_ws == 0) return false;
   if (params.sm90_ws == 1) return true;
   const bool score_mods = variant != Variant::kPlain;
-  const Window window =
-      score_mods ? params.window : Window{params.is_causal ? params.window.left : -1, params.is_causal ? 0 : -1};
+  const Window window = fwd_kernel_window(params, variant);
   return fwd_sm90_ws_pays(kernel_head_dim, params.seqlen_q, params.seqlen_k, window.left, window.right,
                           score_mods && params.softcap > 0.f, score_mods, fwd_ws_tma_fits(params));
+}
+
+// Whether a warp-specialized launch of that kernel head dim and variant takes its three-consumer
+// kernel where it has one (tile_size.h): FLASH_ATTN_CUTE_SM90_WS_CONSUMERS (params.sm90_ws_consumers)
+// or, by default, where fwd_sm90_ws_three_consumers_pay says so.
+inline bool fwd_sm90_ws_takes_three_consumers(FwdParams const& params, int kernel_head_dim, Variant variant) {
+  if (!fwd_sm90_ws_has_three_consumers(kernel_head_dim, variant) || params.sm90_ws_consumers == 2) return false;
+  if (params.sm90_ws_consumers == 3) return true;
+  const Window window = fwd_kernel_window(params, variant);
+  return fwd_sm90_ws_three_consumers_pay(kernel_head_dim, variant, params.seqlen_q, params.seqlen_k, window.left,
+                                         window.right);
 }
 
 // Runs the forward on params.dtype / params.head_dim / params.is_causal. Returns

@@ -15,6 +15,7 @@
 
 #include "block_info.h"
 #include "dropout.h"
+#include "fwd_api.h"
 #include "fwd_epilogue.h"
 #include "fwd_mainloop.h"
 #include "fwd_ws_tma.h"
@@ -504,10 +505,24 @@ cudaError_t launch_fwd_sm90_ws_kernel(FwdParams const& params, cudaStream_t stre
   return cudaPeekAtLastError();
 }
 
+// The kernel of the one online-softmax loop per tile (Sm90Loops::kPerTile), with two consumer
+// warpgroups or, where it has them and they pay, three (fwd_sm90_ws_takes_three_consumers).
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant, bool kIsSoftcap>
+cudaError_t launch_fwd_sm90_ws_per_tile(FwdParams const& params, cudaStream_t stream) {
+  using Element = typename ElementOf<kDType>::type;
+  if constexpr (fwd_sm90_ws_has_three_consumers(kHeadDim, kVariant)) {
+    if (fwd_sm90_ws_takes_three_consumers(params, kHeadDim, kVariant)) {
+      using Traits = FwdKernelTraitsSm90Ws<kHeadDim, Element, kVariant, Sm90Loops::kPerTile, true>;
+      return launch_fwd_sm90_ws_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kIsSoftcap>(params, stream);
+    }
+  }
+  using Traits = FwdKernelTraitsSm90Ws<kHeadDim, Element, kVariant>;
+  return launch_fwd_sm90_ws_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kIsSoftcap>(params, stream);
+}
+
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_fwd_sm90_ws(FwdParams const& params, cudaStream_t stream) {
   using Element = typename ElementOf<kDType>::type;
-  using Traits = FwdKernelTraitsSm90Ws<kHeadDim, Element, kVariant>;
   if constexpr (kVariant != Variant::kPlain) {
     if (params.softcap > 0.f) {
       // The fixed offset where the cap fits, without and with ALiBi, in kernels of their own (their
@@ -539,11 +554,11 @@ cudaError_t run_fwd_sm90_ws(FwdParams const& params, cudaStream_t stream) {
         if (has_alibi) return launch(cute::C<Loops::kAlibiFixedOffset>{});
         return launch(cute::C<Loops::kNoBias>{});
       } else {
-        return launch_fwd_sm90_ws_kernel<Traits, kIsCausal, kIsEvenK, kVariant, true>(params, stream);
+        return launch_fwd_sm90_ws_per_tile<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant, true>(params, stream);
       }
     }
   }
-  return launch_fwd_sm90_ws_kernel<Traits, kIsCausal, kIsEvenK, kVariant, false>(params, stream);
+  return launch_fwd_sm90_ws_per_tile<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant, false>(params, stream);
 }
 
 }  // namespace flash_attn_cute

@@ -82,8 +82,10 @@ struct FwdKernelTraitsSm90 {
 template <typename Element, Variant kVariant>
 inline constexpr bool kFwdWsSoftcapSplit = kVariant == Variant::kScoreMods && softcap_fixed_offset<true, Element>;
 
+// kThreeConsumers_: 192-row tiles for the plain and score-mod kernels' long rows at head dim 64
+// (fwd_sm90_ws_three_consumers_pay).
 template <int kHeadDim_, typename Element_, Variant kVariant_ = Variant::kPlain,
-          Sm90Loops kLoops_ = Sm90Loops::kPerTile>
+          Sm90Loops kLoops_ = Sm90Loops::kPerTile, bool kThreeConsumers_ = false>
 struct FwdKernelTraitsSm90Ws {
   using Element = Element_;
   using ElementAccum = float;
@@ -93,7 +95,8 @@ struct FwdKernelTraitsSm90Ws {
   // The split softcap kernels' steps take the fixed offset (the checked ones where it holds).
   static constexpr bool kFixedOffset = kLoops != Sm90Loops::kPerTile;
   static_assert(kLoops == Sm90Loops::kPerTile || kFwdWsSoftcapSplit<Element, kVariant>);
-  static constexpr FwdTileShape kTile = fwd_sm90_ws_tile_shape(kHeadDim_, kFixedOffset);
+  static_assert(!kThreeConsumers_ || (kLoops == Sm90Loops::kPerTile && fwd_sm90_ws_has_three_consumers(kHeadDim_, kVariant)));
+  static constexpr FwdTileShape kTile = fwd_sm90_ws_tile_shape(kHeadDim_, kFixedOffset || kThreeConsumers_);
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;

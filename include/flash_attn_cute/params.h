@@ -149,6 +149,9 @@ struct FwdParams {
   // Among those, the warp-specialized kernel (fwd_kernel_sm90_ws.h): -1 where it pays
   // (fwd_sm90_ws_pays), 0 never, 1 wherever it is built (FLASH_ATTN_CUTE_SM90_WS, for A / B and tests).
   int sm90_ws = -1;
+  // Its consumer warpgroups where a kernel comes with two and three (tile_size.h): 0 where
+  // fwd_sm90_ws_three_consumers_pay says, 2 or 3 (FLASH_ATTN_CUTE_SM90_WS_CONSUMERS, for A / B and tests).
+  int sm90_ws_consumers = 0;
   // Set by its launch: the warp-specialized kernel loads Q, K and V by TMA (fwd_ws_tma_fits).
   bool ws_tma = false;
   // The warp-specialized kernel's tile counter (one int, 0 before a launch and left at 0 by it):

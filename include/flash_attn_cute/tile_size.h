@@ -91,7 +91,7 @@ constexpr int fwd_sm90_ctas_per_sm(int kernel_head_dim, Variant variant) {
 // 273, causal 1024 270-271 against 266; at 256 (causal 512) it is 6 % slower, 191 against 202-203.
 // With cp.async loads (varlen, seqused_k, caches, unaligned strides) hdim 64 keeps 1024.
 // bf16 softcap's fixed-offset kernels (softcap_fixed_offset, caps up to 57.5; FwdKernelTraitsSm90Ws
-// says which pass softcap_fixed_offset here) at head dims 64 to 128 have three consumer warpgroups
+// passes three_consumers here) at head dims 64 to 128 have three consumer warpgroups
 // (192-row tiles; 64-key steps from 96 on, for S's registers) at 160 registers each (15 to 47 spill
 // stores, outside the key loop). A score's tanh and exp2 take the MUFU unit as long as the MMAs
 // take the tensor cores; with a third warpgroup one more tile's softmax runs while the others' MMAs
@@ -103,8 +103,10 @@ constexpr int fwd_sm90_ctas_per_sm(int kernel_head_dim, Variant variant) {
 // caps) gained nothing: they keep two. Since session 37 the larger caps' kernels take the fixed
 // offset once it holds (Sm90Loops' checked kernels), and this tile with it.
 constexpr bool fwd_sm90_warp_specialized(int kernel_head_dim) { return kernel_head_dim >= 64; }
-constexpr FwdTileShape fwd_sm90_ws_tile_shape(int kernel_head_dim, bool softcap_fixed_offset = false) {
-  if (softcap_fixed_offset && kernel_head_dim >= 64 && kernel_head_dim <= 128) return {192, kernel_head_dim == 64 ? 128 : 64, 16};
+// three_consumers: the 192-row tiles of the kernels with three consumer warpgroups (softcap's fixed
+// offset, and at head dim 64 the plain and score-mod kernels' long rows: fwd_sm90_ws_three_consumers_pay).
+constexpr FwdTileShape fwd_sm90_ws_tile_shape(int kernel_head_dim, bool three_consumers = false) {
+  if (three_consumers && kernel_head_dim >= 64 && kernel_head_dim <= 128) return {192, kernel_head_dim == 64 ? 128 : 64, 16};
   if (kernel_head_dim <= 128) return {128, 128, 12};
   return {128, kernel_head_dim <= 192 ? 96 : 64, 12};
 }
@@ -156,6 +158,29 @@ constexpr bool fwd_sm90_ws_pays(int kernel_head_dim, int seqlen_q, int seqlen_k,
     return true;
   }
   return fwd_mean_keys_per_row(seqlen_q, seqlen_k, left, right) >= fwd_sm90_ws_min_mean_keys(kernel_head_dim, tma);
+}
+// At head dim 64 the plain and score-mod warp-specialized kernels (softcap's online loop: fp16,
+// larger caps) come in two tiles: 128 rows for two consumer warpgroups and 192 for three. There a
+// 128-key step's exponentials keep the MUFU unit as busy as its MMAs keep the tensor cores, so two
+// consumers, each running its softmax while the other's MMAs run, leave the tensor cores idle
+// whenever a softmax runs late; a third keeps one more softmax in flight (as in softcap's
+// fixed-offset kernels). The taller tiles leave more rows of a sequence's last tile empty, and with
+// a window edge (causal, local) that last tile holds the rows that see the most keys: they pay
+// from 512 keys a row, with a window edge in sequences of 2048 rows or more. Measured on H200
+// (session 42, bf16, 16k tokens a call, us, three consumers against two): non-causal 16k 4782
+// against 5296 (cuDNN 4815), 4k 1264 against 1343, 2k 654 against 703, 1k 381 against 384, 512 220
+// against 226, 256 181 against 143, 128 125 against 108; causal 16k 2433 against 2746 (cuDNN 2492),
+// 4k 703 against 758, 2k 394 against 427, 1k 277 against 263; at 16k ALiBi 2581 against 3067
+// causal and 4774 against 6269 non-causal, window (512, 512) 424 against 478. The dropout kernel
+// keeps two (its Philox state would not fit the third's registers).
+constexpr bool fwd_sm90_ws_has_three_consumers(int kernel_head_dim, Variant variant) {
+  return kernel_head_dim == 64 && variant != Variant::kDropout;
+}
+constexpr bool fwd_sm90_ws_three_consumers_pay(int kernel_head_dim, Variant variant, int seqlen_q, int seqlen_k,
+                                               int left, int right) {
+  const bool full_rows = left < 0 && right < 0;
+  return fwd_sm90_ws_has_three_consumers(kernel_head_dim, variant) &&
+         fwd_mean_keys_per_row(seqlen_q, seqlen_k, left, right) >= 512 && (full_rows || seqlen_q >= 2048);
 }
 // The score-mod and dropout forwards at head dim 256 exist warp-specialized only: the three-CTA
 // kernel spilled there (156 and 1040 spill instructions at 255 registers). Where rows see too few

@@ -121,12 +121,12 @@ void test_tile_table() {
   }
   // The warp-specialized Hopper forward: a producer warpgroup plus one consumer warpgroup per 64
   // rows (two or three of them: the kernel's named barriers), key steps a multiple of 16, one CTA
-  // per SM in shared memory; the kernel above for the rest. With and without softcap's fixed offset.
+  // per SM in shared memory; the kernel above for the rest. With and without three consumers.
   for (int i = 0; i < n_dims; ++i) {
     if (!fwd_sm90_warp_specialized(kFwdHeadDims[i])) continue;
-    for (bool softcap : {false, true}) {
-      const FwdTileShape ws = fwd_sm90_ws_tile_shape(kFwdHeadDims[i], softcap);
-      const char* what = softcap ? "softcap's sm90 ws tile" : "sm90 ws tile";
+    for (bool three : {false, true}) {
+      const FwdTileShape ws = fwd_sm90_ws_tile_shape(kFwdHeadDims[i], three);
+      const char* what = three ? "three consumers' sm90 ws tile" : "sm90 ws tile";
       CHECK(ws.block_m % 64 == 0 && ws.block_m / 64 >= 2 && ws.block_m / 64 <= 3 && ws.n_warps == 4 * (1 + ws.block_m / 64),
             fmt("%s of hdim %d: a producer and two or three consumer warpgroups of 64 rows", what, kFwdHeadDims[i]));
       CHECK(ws.block_n > 0 && ws.block_n % 16 == 0, fmt("%s of hdim %d: block_n a multiple of 16", what, kFwdHeadDims[i]));
@@ -138,6 +138,26 @@ void test_tile_table() {
             fwd_sm90_ws_tile_shape(64, true).block_m == 192 && fwd_sm90_ws_tile_shape(128).block_m == 128 &&
             fwd_sm90_ws_tile_shape(192, true).block_m == 128,
         "softcap's fixed offset: three consumer warpgroups at head dims 64 to 128, two above");
+  CHECK(fwd_sm90_ws_has_three_consumers(64, Variant::kPlain) && fwd_sm90_ws_has_three_consumers(64, Variant::kScoreMods) &&
+            !fwd_sm90_ws_has_three_consumers(64, Variant::kDropout) &&
+            !fwd_sm90_ws_has_three_consumers(96, Variant::kPlain) && !fwd_sm90_ws_has_three_consumers(128, Variant::kPlain),
+        "the plain and score-mod kernels come with three consumers at head dim 64");
+  constexpr Variant kPlain = Variant::kPlain, kMods = Variant::kScoreMods;
+  // (kernel head dim, variant, seqlen_q, seqlen_k, left, right)
+  CHECK(fwd_sm90_ws_three_consumers_pay(64, kPlain, 16384, 16384, -1, -1) &&
+            fwd_sm90_ws_three_consumers_pay(64, kMods, 512, 512, -1, -1) &&
+            fwd_sm90_ws_three_consumers_pay(64, kPlain, 16384, 16384, -1, 0) &&
+            fwd_sm90_ws_three_consumers_pay(64, kPlain, 2048, 2048, -1, 0) &&
+            fwd_sm90_ws_three_consumers_pay(64, kPlain, 16384, 16384, 1024, 0) &&
+            fwd_sm90_ws_three_consumers_pay(64, kMods, 16384, 16384, 512, 512),
+        "three consumers from 512 keys a row, with a window edge in sequences of 2048 rows or more");
+  CHECK(!fwd_sm90_ws_three_consumers_pay(64, kPlain, 256, 256, -1, -1) &&
+            !fwd_sm90_ws_three_consumers_pay(64, kPlain, 1024, 1024, -1, 0) &&
+            !fwd_sm90_ws_three_consumers_pay(64, kMods, 1024, 4096, 600, 600) &&
+            !fwd_sm90_ws_three_consumers_pay(64, kPlain, 16384, 16384, 256, 0) &&
+            !fwd_sm90_ws_three_consumers_pay(64, Variant::kDropout, 16384, 16384, -1, -1) &&
+            !fwd_sm90_ws_three_consumers_pay(128, kPlain, 16384, 16384, -1, -1),
+        "two consumers for fewer keys or rows, and in the other kernels");
   CHECK(fwd_sm90_warp_specialized(64) && fwd_sm90_warp_specialized(256) && !fwd_sm90_warp_specialized(32),
         "the warp-specialized kernel's head dims");
   CHECK(fwd_sm90_ws_only(256, Variant::kScoreMods) && fwd_sm90_ws_only(256, Variant::kDropout) &&
@@ -193,9 +213,9 @@ void test_tile_table() {
             !fwd_sm90_ws_separate_o(fwd_sm90_ws_tile_shape(256), 256),
         "the output tile has shared memory of its own up to head dim 128");
   for (int hdim : {64, 96, 128}) {
-    for (bool softcap : {false, true}) {
-      CHECK_EQ(fwd_sm90_ws_q_stages(fwd_sm90_ws_tile_shape(hdim, softcap), hdim), 2,
-               fmt("two Q buffers at head dim %d%s", hdim, softcap ? " (softcap's tile)" : ""));
+    for (bool three : {false, true}) {
+      CHECK_EQ(fwd_sm90_ws_q_stages(fwd_sm90_ws_tile_shape(hdim, three), hdim), 2,
+               fmt("two Q buffers at head dim %d%s", hdim, three ? " (three consumers' tile)" : ""));
     }
   }
   CHECK(fwd_sm90_ws_q_stages(fwd_sm90_ws_tile_shape(192), 192) == 1 &&
