@@ -78,8 +78,9 @@ constexpr int fwd_sm90_ctas_per_sm(int kernel_head_dim, Variant variant) {
 }
 
 // The warp-specialized Hopper forward (fwd_kernel_sm90_ws.h), one persistent CTA per SM: a
-// producer warpgroup and two consumer warpgroups of 64 query rows each (128-row tiles), K and V in
-// rings of kFwdSm90WsStages buffers; 128-key steps up to head dim 128, 96 at 192 and 64 at 256 (O
+// producer warpgroup and two consumer warpgroups of 64 query rows each (128-row tiles; three and
+// 192 rows where fwd_sm90_ws_tile_shape's three_consumers says), K and V in rings of
+// kFwdSm90WsStages buffers; 128-key steps up to head dim 128, 96 at 192 and 64 at 256 (O
 // takes 96 and 128 registers per thread there). Measured on H200 (session 20, bf16, against the
 // three-CTA kernel above in the same build): at hdim 128, 564-567 TFLOP/s against 457 at 16k
 // tokens, causal 352-357 against 317 at 1024 and even (233-236 against 237) at causal 512, where
