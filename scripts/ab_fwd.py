@@ -64,6 +64,8 @@ ROWS = {  # name: (head dim, causal, keyword arguments of flash_attn_func; "seql
     "h96 full": (96, False, {}),
     "h96 causal softcap": (96, True, {"softcap": 30.0}),
     "h96 full softcap": (96, False, {"softcap": 30.0}),
+    "h96 causal 2k": (96, True, {"seqlen": 2048}),
+    "h96 full 1k": (96, False, {"seqlen": 1024}),
     "h64 causal": (64, True, {}),
     "h64 full": (64, False, {}),
     "h64 causal softcap": (64, True, {"softcap": 30.0}),
