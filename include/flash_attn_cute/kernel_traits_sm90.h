@@ -111,11 +111,12 @@ struct FwdKernelTraitsSm90Ws {
   static constexpr int kProducerRegs = kConsumers == 2 ? 56 : 32;
   static constexpr int kConsumerRegs = kConsumers == 2 ? 224 : 160;
   static_assert(kNProducerThreads * kProducerRegs + kNConsumerThreads * kConsumerRegs <= 65536);
-  // The lazy rescale (softmax.h) in every variant from head dim 96 on, and in the plain kernel's
-  // three-consumer tiles at 64: the consumers' registers hold it. There it spares the FMA pipe a
-  // step's 32 multiplies of O a thread (session 42, hdim 64 bf16 16k tokens: causal 2.25 against
-  // 2.43 ms, non-causal 4.34 against 4.75, 1k non-causal 0.350 against 0.383).
-  static constexpr bool kLazyRescale = kHeadDim > 64 || (kThreeConsumers_ && kVariant == Variant::kPlain);
+  // The lazy rescale (softmax.h) in every variant from head dim 96 on, and in the plain kernels at
+  // 64: the consumers' registers hold it. There it spares the FMA pipe a step's 32 multiplies of O
+  // a thread (session 42, hdim 64 bf16 16k tokens, three consumers: causal 2.25 against 2.43 ms,
+  // non-causal 4.34 against 4.75, 1k non-causal 0.350 against 0.383; two: causal 1k 0.253 against
+  // 0.262). In the score-mod kernels at 64 it made causal ALiBi 3 % faster and non-causal 4 % slower.
+  static constexpr bool kLazyRescale = kHeadDim > 64 || kVariant == Variant::kPlain;
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0);
   static constexpr int fma_exp2_every(bool softcap) { return fwd_sm90_fma_exp2_every(kHeadDim, kVariant, softcap); }
   // A step's exponentials run while its P V does (fwd_kernel_sm90_ws.h). Session 28 (16k tokens):
