@@ -160,22 +160,23 @@ constexpr bool fwd_sm90_ws_pays(int kernel_head_dim, int seqlen_q, int seqlen_k,
   }
   return fwd_mean_keys_per_row(seqlen_q, seqlen_k, left, right) >= fwd_sm90_ws_min_mean_keys(kernel_head_dim, tma);
 }
-// At head dim 64 the plain and score-mod warp-specialized kernels (softcap's online loop: fp16,
-// larger caps) come in two tiles: 128 rows for two consumer warpgroups and 192 for three. There a
-// 128-key step's exponentials keep the MUFU unit as busy as its MMAs keep the tensor cores, so two
-// consumers, each running its softmax while the other's MMAs run, leave the tensor cores idle
-// whenever a softmax runs late; a third keeps one more softmax in flight (as in softcap's
-// fixed-offset kernels). The taller tiles leave more rows of a sequence's last tile empty, and with
-// a window edge (causal, local) that last tile holds the rows that see the most keys: they pay
-// from 512 keys a row, with a window edge in sequences of 2048 rows or more. Measured on H200
-// (session 42, bf16, 16k tokens a call, us, three consumers against two): non-causal 16k 4782
-// against 5296 (cuDNN 4815), 4k 1264 against 1343, 2k 654 against 703, 1k 381 against 384, 512 220
-// against 226, 256 181 against 143, 128 125 against 108; causal 16k 2433 against 2746 (cuDNN 2492),
-// 4k 703 against 758, 2k 394 against 427, 1k 277 against 263; at 16k ALiBi 2581 against 3067
-// causal and 4774 against 6269 non-causal, windows (1024, 0) 418 against 458 and (512, 512) 424
-// against 478; varlen (cp.async loads) 8-13 % faster. The dropout kernel keeps two (with three its
-// Philox words spilled 244-360 bytes). At head dim 96 (192 x 64 tiles) three were 3 % faster at 16k
-// non-causal and 1-7 % slower at 1k-2k: it keeps two.
+// At head dim 64 the plain and score-mod warp-specialized kernels of one loop per tile (ALiBi,
+// windows, fp16 softcap; bf16 softcap runs its own kernels, three consumers already) come in two
+// tiles: 128 rows for two consumer warpgroups and 192 for three. There a 128-key step's
+// exponentials keep the MUFU unit as busy as its MMAs keep the tensor cores, so two consumers, each
+// running its softmax while the other's MMAs run, leave the tensor cores idle whenever a softmax
+// runs late; a third keeps one more softmax in flight (as in softcap's fixed-offset kernels). The
+// taller tiles leave more rows of a sequence's last tile empty, and with a window edge (causal,
+// local) that last tile holds the rows that see the most keys: they pay from 512 keys a row, with a
+// window edge in sequences of 2048 rows or more. Measured on H200 (session 42, bf16, 16k tokens a
+// call, us, three consumers against two): non-causal 16k 4782 against 5296 (cuDNN 4815), 4k 1264
+// against 1343, 2k 654 against 703, 1k 381 against 384, 512 220 against 226, 256 181 against 143,
+// 128 125 against 108; causal 16k 2433 against 2746 (cuDNN 2492), 4k 703 against 758, 2k 394
+// against 427, 1k 277 against 263; at 16k ALiBi 2581 against 3067 causal and 4774 against 6269
+// non-causal, windows (1024, 0) 418 against 458 and (512, 512) 424 against 478; varlen (cp.async
+// loads) 8-13 % faster. The dropout kernel keeps two (with three its Philox words spilled 244-360
+// bytes). At head dim 96 (192 x 64 tiles) three were 3 % faster at 16k non-causal and 1-7 % slower
+// at 1k-2k: it keeps two.
 constexpr bool fwd_sm90_ws_has_three_consumers(int kernel_head_dim, Variant variant) {
   return kernel_head_dim == 64 && variant != Variant::kDropout;
 }
