@@ -100,7 +100,11 @@ FLASH_HOST_DEVICE constexpr float alibi_causal_shift(int row, int seqlen_q, int 
 // whose scores sit at tScS's (row, col) in a tile starting at (row0, col0). A thread's columns are
 // one base plus compile-time offsets, and its rows few: the positions go to float once per row or
 // column (exact below 2^24), so each score costs one or two adds, not an int-to-float conversion.
-template <class TensorC, class Fn>
+// kOneSided: in the symmetric form, where a whole warp's scores lie on one side of the diagonal
+// (every warp but those it crosses), |d| is d or -d throughout and the bias one FFMA a score (see
+// below); fill_alibi's, which runs before Q K^T. After softcap's tanh (apply_alibi) the branch cost
+// more than the FFMA saves (session 43, hdim 64: softcap + ALiBi 0.72 -> 0.62 of plain).
+template <bool kOneSided = false, class TensorC, class Fn>
 FLASH_HOST_DEVICE void for_each_alibi_bias(TensorC const& tScS, int row0, int col0, int seqlen_q, int seqlen_k,
                                            bool causal_form, float slope_scaled, Fn&& fn) {
   cute::Tensor c = cute::make_tensor(tScS.data(), acc_layout_rowcol(tScS.layout()));  // (rows, cols) -> (m, n)
@@ -114,13 +118,42 @@ FLASH_HOST_DEVICE void for_each_alibi_bias(TensorC const& tScS, int row0, int co
 #pragma unroll
       for (int mi = 0; mi < cute::size<0>(c); ++mi) fn(mi, ni, bias);
     }
-  } else {
+    return;
+  }
+  // The symmetric form: -slope_scaled * |d|, d = d_first(mi) - col_offset(ni).
+  auto d_first = [&](int mi) { return row0 + cute::get<0>(c(mi, 0)) + seqlen_k - seqlen_q - col_first; };
+  if constexpr (kOneSided) {
+    // All d >= 0 (below the diagonal) or all <= 0: fma(side * slope_scaled, col_offset, -side *
+    // slope_scaled * d_first), whose rounding of the product with d_first leaves it off the exact
+    // bias by at most 2^-24 * slope_scaled * (|d| + |d_first|) more. Warp-uniform: a warp whose
+    // rows the diagonal crosses runs the two-step form alone, not both.
+    const int span = cute::get<1>(c(0, cute::size<1>(c) - 1)) - cute::get<1>(c(0, 0));
+    bool below = true, above = true;
 #pragma unroll
     for (int mi = 0; mi < cute::size<0>(c); ++mi) {
-      const float d_first = float(row0 + cute::get<0>(c(mi, 0)) + seqlen_k - seqlen_q - col_first);
-#pragma unroll
-      for (int ni = 0; ni < cute::size<1>(c); ++ni) fn(mi, ni, -slope_scaled * fabsf(d_first - col_offset(ni)));
+      below = below && d_first(mi) >= span;
+      above = above && d_first(mi) <= 0;
     }
+#if defined(__CUDA_ARCH__)
+    below = __all_sync(__activemask(), below);
+    above = __all_sync(__activemask(), above);
+#endif
+    if (below || above) {
+      const float side_slope = below ? slope_scaled : -slope_scaled;
+#pragma unroll
+      for (int mi = 0; mi < cute::size<0>(c); ++mi) {
+        const float base = -side_slope * float(d_first(mi));
+#pragma unroll
+        for (int ni = 0; ni < cute::size<1>(c); ++ni) fn(mi, ni, fmaf(side_slope, col_offset(ni), base));
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int mi = 0; mi < cute::size<0>(c); ++mi) {
+    const float d_first_f = float(d_first(mi));
+#pragma unroll
+    for (int ni = 0; ni < cute::size<1>(c); ++ni) fn(mi, ni, -slope_scaled * fabsf(d_first_f - col_offset(ni)));
   }
 }
 
@@ -139,8 +172,8 @@ template <class TensorS, class TensorC>
 FLASH_HOST_DEVICE void fill_alibi(TensorS& tSrS, TensorC const& tScS, int row0, int col0, int seqlen_q, int seqlen_k,
                                   float slope_scaled) {
   cute::Tensor s = cute::make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
-  for_each_alibi_bias(tScS, row0, col0, seqlen_q, seqlen_k, false, slope_scaled,
-                      [&](int mi, int ni, float bias) { s(mi, ni) = bias; });
+  for_each_alibi_bias<true>(tScS, row0, col0, seqlen_q, seqlen_k, false, slope_scaled,
+                            [&](int mi, int ni, float bias) { s(mi, ni) = bias; });
 }
 
 // lse: one natural-log LSE per row of the (rows, cols) view of tScS, computed with the symmetric
