@@ -111,14 +111,14 @@ struct FwdKernelTraitsSm90Ws {
   static constexpr int kProducerRegs = kConsumers == 2 ? 56 : 32;
   static constexpr int kConsumerRegs = kConsumers == 2 ? 224 : 160;
   static_assert(kNProducerThreads * kProducerRegs + kNConsumerThreads * kConsumerRegs <= 65536);
-  // The lazy rescale (softmax.h) in every variant from head dim 96 on, and at 64 in all but the
-  // dropout kernels (not measured there): the consumers' registers hold it. At 64 it spares the FMA
-  // pipe a step's 32 multiplies of O a thread (hdim 64 bf16 16k tokens, three consumers; session 42,
-  // plain: causal 2.25 against 2.43 ms, non-causal 4.34 against 4.75, 1k non-causal 0.350 against
-  // 0.383; two: causal 1k 0.253 against 0.262; session 43, score mods with fill_alibi's FFMA:
-  // causal ALiBi 2.28 against 2.47, non-causal 4.43 against 4.66, 1k non-causal 0.387 against
-  // 0.407, window (512, 512) 0.410 against 0.424).
-  static constexpr bool kLazyRescale = kHeadDim > 64 || kVariant != Variant::kDropout;
+  // The lazy rescale (softmax.h) in every kernel: the consumers' registers hold it. At head dim 64
+  // it spares the FMA pipe a step's 32 multiplies of O a thread (hdim 64 bf16 16k tokens, three
+  // consumers; session 42, plain: causal 2.25 against 2.43 ms, non-causal 4.34 against 4.75, 1k
+  // non-causal 0.350 against 0.383; two: causal 1k 0.253 against 0.262; session 43, score mods
+  // with fill_alibi's FFMA: causal ALiBi 2.28 against 2.47, non-causal 4.43 against 4.66, 1k
+  // non-causal 0.387 against 0.407, window (512, 512) 0.410 against 0.424; dropout, two consumers:
+  // 3.37 against 3.44 causal, 6.89 against 6.97 non-causal).
+  static constexpr bool kLazyRescale = true;
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0);
   static constexpr int fma_exp2_every(bool softcap) { return fwd_sm90_fma_exp2_every(kHeadDim, kVariant, softcap); }
   // A step's exponentials run while its P V does (fwd_kernel_sm90_ws.h). Session 28 (16k tokens):
