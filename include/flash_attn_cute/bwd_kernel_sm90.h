@@ -57,15 +57,21 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
-template <int kHeadDim_, typename Element_>
+// Query rows per step: 128 in the plain and dropout kernels at head dim 64, where dK and dV take
+// only 64 registers (S^T and dP^T then take 64 each), 64 elsewhere. Measured on H200 (bf16, hdim
+// 64, 16k tokens, plain): 128 rows 406-409 TFLOP/s non-causal and 365-369 causal, against 375 and
+// 348-350 with 64 (likely, not profiled: the S^T and dP^T MMAs' N of 128 reads fewer shared-memory
+// bytes per FLOP; 4-44 bytes of spills). The score-mod kernel's four copies of its score loop took
+// a 928-byte stack frame with 128 rows (session 43: forward + backward 6.6 times the plain one's).
+constexpr int bwd_sm90_block_m(int head_dim, Variant variant) {
+  return head_dim <= 64 && variant != Variant::kScoreMods ? 128 : 64;
+}
+
+template <int kHeadDim_, typename Element_, int kBlockM_ = bwd_sm90_block_m(kHeadDim_, Variant::kPlain)>
 struct BwdKernelTraitsSm90 {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
-  // Query rows per step: 128 at head dim 64, where dK and dV take only 64 registers (S^T and dP^T
-  // then take 64 each), 64 above. Measured on H200 (bf16, hdim 64, 16k tokens): 128 rows 406-409
-  // TFLOP/s non-causal and 365-369 causal, against 375 and 348-350 with 64 (likely, not profiled:
-  // the S^T and dP^T MMAs' N of 128 reads fewer shared-memory bytes per FLOP; 4-44 bytes of spills).
-  static constexpr int kBlockM = kHeadDim_ <= 64 ? 128 : 64;
+  static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = 128;  // keys per CTA, 64 per warpgroup
   static constexpr int kNThreads = 256;
   static constexpr int kNWarps = kNThreads / 32;
@@ -494,7 +500,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_sm90_kernel(__
 // batch x KV heads (bwd_cta_tile).
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd_sm90(BwdParams const& params, cudaStream_t stream) {
-  using Traits = BwdKernelTraitsSm90<kHeadDim, typename ElementOf<kDType>::type>;
+  using Traits = BwdKernelTraitsSm90<kHeadDim, typename ElementOf<kDType>::type, bwd_sm90_block_m(kHeadDim, kVariant)>;
   constexpr int kSmemBytes = kVariant == Variant::kDropout ? Traits::kSmemBytesDropout : Traits::kSmemBytes;
   const int64_t ctas = int64_t(ceil_div(params.seqlen_k, Traits::kBlockN)) * params.batch * params.heads_k;
   if (ctas > INT32_MAX) return cudaErrorInvalidConfiguration;
