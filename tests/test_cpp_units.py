@@ -38,14 +38,20 @@ def _report(proc):
     return f"$ {' '.join(map(str, proc.args))}\n[exit {proc.returncode}]\n{proc.stdout}\n{proc.stderr}"
 
 
-@pytest.fixture(scope="session")
-def host_units(tmp_path_factory, features):
+def nvcc_and_cute(features):
+    """nvcc's path and the CuTe include folder; skips the test without either."""
     nvcc = _find_nvcc()
     if nvcc is None:
         pytest.skip("nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
     cute, _ = features.find_cutlass_include()
     if cute is None:
         pytest.skip("CuTe headers not found: `pip install nvidia-cutlass==4.2.0.0` or set CUTLASS_PATH")
+    return nvcc, cute
+
+
+@pytest.fixture(scope="session")
+def host_units(tmp_path_factory, features):
+    nvcc, cute = nvcc_and_cute(features)
     exe = tmp_path_factory.mktemp("cpp_units") / "test_host_units"
     cmd = [nvcc, "-std=c++17", "-x", "cu", "-O1", "-gencode", "arch=compute_80,code=sm_80",
            "-I", str(ROOT / "include"), "-I", cute, "-o", str(exe), str(SOURCE)]

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from test_cpp_units import ROOT, _find_nvcc, _report, _run
+from test_cpp_units import ROOT, _report, _run, nvcc_and_cute
 
 # A few spilled registers take tens of bytes (the plain hdim 64 kernel: 48-72); arrays, hundreds.
 MAX_STACK_BYTES = 128
@@ -23,12 +23,7 @@ CASES = [(64, "kPlain"), (64, "kScoreMods"),
 
 @pytest.mark.parametrize("head_dim, variant", CASES)
 def test_hopper_backward_keeps_its_arrays_in_registers(head_dim, variant, tmp_path, features):
-    nvcc = _find_nvcc()
-    if nvcc is None:
-        pytest.skip("nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
-    cute, _ = features.find_cutlass_include()
-    if cute is None:
-        pytest.skip("CuTe headers not found: `pip install nvidia-cutlass==4.2.0.0` or set CUTLASS_PATH")
+    nvcc, cute = nvcc_and_cute(features)
     source = tmp_path / "bwd_sm90.cu"
     source.write_text('#include "flash_attn_cute/bwd_kernel_sm90.h"\n'
                       "namespace flash_attn_cute {\n"
