@@ -767,6 +767,27 @@ void check_dq_fragment(std::string const& where) {
   }
 }
 
+// The dropout variant's dQ = dS K (A K-major from the rows' dS) lands in the same fragment order
+// as TiledMmadQ's, which DqAccumulator and check_dq_fragment assume.
+template <class Traits>
+void check_dq_rows_fragment(std::string const& where) {
+  check_dq_fragment<Traits>(where);
+  typename Traits::TiledMmadQ mma_dq;
+  typename Traits::TiledMmadQRows mma_dq_rows;
+  auto tile_mk = Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{};
+  CHECK_EQ(int(size(partition_fragment_C(mma_dq_rows, tile_mk))), int(size(partition_fragment_C(mma_dq, tile_mk))),
+           where + ": rows dQ fragment size");
+  int bad = 0;
+  for (int t = 0; t < Traits::kNThreads; ++t) {
+    auto coords = mma_dq.get_thread_slice(t).partition_C(make_identity_tensor(tile_mk));
+    auto coords_rows = mma_dq_rows.get_thread_slice(t).partition_C(make_identity_tensor(tile_mk));
+    for (int i = 0; i < size(coords); ++i) {
+      bad += get<0>(coords(i)) != get<0>(coords_rows(i)) || get<1>(coords(i)) != get<1>(coords_rows(i));
+    }
+  }
+  CHECK_EQ(bad, 0, where + ": rows dQ fragments not TiledMmadQ's");
+}
+
 template <size_t... I>
 void check_dq_fragments(std::index_sequence<I...>) {
   (check_dq_fragment<BwdKernelTraits<kFwdHeadDims[I], cutlass::bfloat16_t>>(fmt("bwd hdim %d", kFwdHeadDims[I])), ...);
@@ -778,6 +799,10 @@ void test_dq_fragment() {
   check_dq_fragment<BwdKernelTraitsSm90<64, cutlass::bfloat16_t, bwd_sm90_block_m(64, Variant::kScoreMods)>>(
       "Hopper bwd hdim 64, score mods (64 query rows)");
   check_dq_fragment<BwdKernelTraitsSm90<128, cutlass::bfloat16_t>>("Hopper bwd hdim 128");
+  check_dq_rows_fragment<BwdKernelTraitsSm90<64, cutlass::bfloat16_t, bwd_sm90_block_m(64, Variant::kDropout)>>(
+      "Hopper bwd hdim 64, dropout");
+  check_dq_rows_fragment<BwdKernelTraitsSm90<128, cutlass::bfloat16_t, bwd_sm90_block_m(128, Variant::kDropout)>>(
+      "Hopper bwd hdim 128, dropout");
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1313,8 +1338,8 @@ void check_dropout_fragments_hdim() {
 
 void test_dropout_layout() {
   // The Hopper backward's dropout variant: S = Q K^T with queries as rows (bwd_kernel_sm90.h).
-  using Sm90Bwd64 = BwdKernelTraitsSm90<64, cutlass::bfloat16_t>;
-  using Sm90Bwd128 = BwdKernelTraitsSm90<128, cutlass::half_t>;
+  using Sm90Bwd64 = BwdKernelTraitsSm90<64, cutlass::bfloat16_t, bwd_sm90_block_m(64, Variant::kDropout)>;
+  using Sm90Bwd128 = BwdKernelTraitsSm90<128, cutlass::half_t, bwd_sm90_block_m(128, Variant::kDropout)>;
   check_dropout_fragments_sm90<Sm90Bwd64::TiledMmaSdPRows, Sm90Bwd64::kBlockM, Sm90Bwd64::kBlockN>("sm90 bwd S hdim 64");
   check_dropout_fragments_sm90<Sm90Bwd128::TiledMmaSdPRows, Sm90Bwd128::kBlockM, Sm90Bwd128::kBlockN>(
       "sm90 bwd S hdim 128");
