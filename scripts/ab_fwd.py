@@ -78,6 +78,8 @@ ROWS = {  # name: (head dim, causal, keyword arguments of flash_attn_func; "seql
     "h64 full alibi 1k": (64, False, {"alibi": True, "seqlen": 1024}),
     "h64 causal dropout": (64, True, {"dropout_p": 0.1}),
     "h64 full dropout": (64, False, {"dropout_p": 0.1}),
+    "h64 full dropout 1k": (64, False, {"dropout_p": 0.1, "seqlen": 1024}),
+    "h64 causal dropout 2k": (64, True, {"dropout_p": 0.1, "seqlen": 2048}),
     "h64 full window1024": (64, False, {"window_size": (1024, 0)}),
     "h64 full window512+512": (64, False, {"window_size": (512, 512)}),
     "h64 causal 1k": (64, True, {"seqlen": 1024}),
