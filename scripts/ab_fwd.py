@@ -6,6 +6,7 @@ leaves in .offline/. Prints one markdown table: forward ms per round for every (
 brackets the row's speed against the same tree's plain row of that causality (feature cost).
 
   python scripts/ab_fwd.py --tree M=/tmp/M --tree A=/tmp/A --rounds 2 [--only h128] [--sdpa]
+      [--env A:FLASH_ATTN_CUTE_SM90_WS_CONSUMERS=3]
 
 Rows: 16k tokens (batch x seqlen; seqlen 16k but on the 128 / 256 / 1k / 2k rows), head dim 128 with 16 heads,
 96 with 21, 64 with 32; softcap 30 (50 and 60 on their own rows: the fixed-offset softmax's bound
@@ -148,6 +149,9 @@ def worker(tree, rows, sdpa, backward, cooldown):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tree", action="append", default=[], help="NAME=FOLDER (repeat)")
+    parser.add_argument("--env", action="append", default=[],
+                        help="NAME:VAR=VALUE, an environment variable for tree NAME's process (repeat), e.g. "
+                             "one folder as two trees, one of them with FLASH_ATTN_CUTE_SM90_WS_CONSUMERS=3")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--only", default="",
                         help="comma-separated prefixes of the rows to time (a prefix ending in $: that row alone)")
@@ -170,6 +174,13 @@ def main():
     rows = [r for r in ROWS if not prefixes or any(picked(r, p) for p in prefixes)]
     rows += sorted({plain_row(r) for r in rows} - set(rows))  # every feature row's plain row
     trees = dict(t.split("=", 1) for t in args.tree)
+    envs = {name: dict(os.environ) for name in trees}
+    for setting in args.env:
+        name, _, assignment = setting.partition(":")
+        var, eq, value = assignment.partition("=")
+        if name not in trees or not var or not eq:
+            parser.error(f"--env {setting!r}: expected NAME:VAR=VALUE with NAME one of the trees")
+        envs[name][var] = value
     results = {name: [] for name in trees}  # tree -> [times of each round]
     sdpa = {}
     for r in range(args.rounds):
@@ -181,7 +192,7 @@ def main():
             if args.backward:
                 cmd.append("--backward")
             cmd += ["--cooldown", str(args.cooldown)]
-            out = subprocess.run(cmd, capture_output=True, text=True)
+            out = subprocess.run(cmd, capture_output=True, text=True, env=envs[name])
             if out.returncode != 0:
                 sys.exit(f"tree {name} round {r} failed:\n{out.stderr[-3000:]}")
             times = json.loads(out.stdout.strip().splitlines()[-1])

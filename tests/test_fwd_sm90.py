@@ -411,6 +411,72 @@ def test_warp_specialized_tiles_without_keys_among_tiles_with_keys(causal, windo
     _check(q, k, v, causal, out, lse, **mods)
 
 
+# Query lengths whose bottom tile leaves consumers without rows: on 128-row tiles (two consumers) 64
+# and 130 (the second idle), on 192-row tiles (three) 64, 200 and 1024 (the second and third) and 130
+# and 1050 (the third); 1050 on 128-row tiles too.
+IDLE_SEQLENS_Q = [64, 130, 200, 1024, 1050]
+
+
+@pytest.mark.parametrize("variant", ["plain", "alibi", "dropout"])
+@pytest.mark.parametrize("consumers", [2, 3])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_warp_specialized_consumers_without_rows(head_dim, causal, consumers, variant, monkeypatch):
+    """A consumer whose rows all lie past the sequence's end takes its turns without the tile's work
+    (fwd_ws_consume's idle_turns): the other consumers' rows, the next tiles' and the next calls' all
+    match the reference. Each length alone (TMA loads, many such tiles in a row), then all of them in
+    one varlen call (cp.async loads; an empty sequence and a one-row one among them), into poisoned
+    outputs."""
+    if consumers == 3 and head_dim != 64:
+        pytest.skip("three consumers: head dim 64 only")
+    _require_built(torch.bfloat16, head_dim, causal, {"alibi": "mods"}.get(variant, variant))
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS_CONSUMERS", str(consumers))
+    torch.manual_seed(1)
+    nheads, nheads_k, seqlen_k, p = 16, 4, 700, 0.17
+    slopes = torch.rand(nheads, device="cuda", dtype=torch.float32) * 0.3 if variant == "alibi" else None
+    mods = dict(alibi_slopes=slopes, dropout_p=p if variant == "dropout" else 0.0)
+
+    def run_and_check(q, k, v, **varlen):
+        out = torch.full_like(q, float("nan"))
+        call = lambda: fac.fwd(q, k, v, out=out, causal=causal, **mods, **varlen)  # noqa: E731
+        assert _takes_hopper_kernel(call, ws=True)
+        if variant != "dropout" and head_dim == 64:
+            assert _ws_consumers(call) == consumers
+        out.fill_(float("nan"))
+        result = call()
+        assert not out.isnan().any(), "every output element is written"
+        ref_mods = dict(alibi_slopes=slopes)
+        if variant == "dropout":
+            shape = (len(varlen["cu_seqlens_q"]) - 1, nheads, varlen["max_seqlen_q"], varlen["max_seqlen_k"]) \
+                if varlen else (q.size(0), nheads, q.size(1), k.size(1))
+            keep = fac.dropout_mask(result[2], p, *shape, varlen.get("cu_seqlens_q"), varlen.get("cu_seqlens_k"))
+            ref_mods = dict(dropout_p=p, dropout_mask=keep)
+        if varlen:
+            ref, lse_ref = attention_varlen_ref(q, k, v, varlen["cu_seqlens_q"], varlen["cu_seqlens_k"],
+                                                causal=causal, **ref_mods)
+            ref_lowp, _ = attention_varlen_ref(q, k, v, varlen["cu_seqlens_q"], varlen["cu_seqlens_k"],
+                                               causal=causal, upcast=False, reorder_ops=True, **ref_mods)
+            _assert_close_rule(out, ref, ref_lowp)
+            _assert_lse_close(result[1], lse_ref)
+        else:
+            _check(q, k, v, causal, out, result[1], **ref_mods)
+
+    for seqlen_q in IDLE_SEQLENS_Q:
+        batch = _batch_filling_sms(seqlen_q, nheads)
+        q = _randn(batch, seqlen_q, nheads, head_dim, dtype=torch.bfloat16)
+        k, v = (_randn(batch, seqlen_k, nheads_k, head_dim, dtype=torch.bfloat16) for _ in range(2))
+        run_and_check(q, k, v)
+    seqlens_q = IDLE_SEQLENS_Q + [0, 1] + IDLE_SEQLENS_Q
+    seqlens_k = [seqlen_k, 333, 1, 90, 1024, 700, 5, 64, 128, 1000, 200, 1050]
+    cu_q = torch.tensor([0] + seqlens_q, device="cuda").cumsum(0).int()
+    cu_k = torch.tensor([0] + seqlens_k, device="cuda").cumsum(0).int()
+    q = _randn(int(cu_q[-1]), nheads, head_dim, dtype=torch.bfloat16)
+    k, v = (_randn(int(cu_k[-1]), nheads_k, head_dim, dtype=torch.bfloat16) for _ in range(2))
+    run_and_check(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(seqlens_q),
+                  max_seqlen_k=max(seqlens_k))
+
+
 def _layout(layout, batch, seqlen, nheads, head_dim, dtype):
     """A (batch, seqlen, nheads, head_dim) tensor with the strides of one memory layout."""
     if layout == "bshd":
