@@ -1,7 +1,10 @@
 """ptxas's resource report of the Hopper forward and backward kernels, compiled by nvcc for sm_90a
 (no GPU needed). A kernel that keeps arrays in local memory (a stack frame of hundreds of bytes) computes
 the right values several times slower, which no output test sees: session 43 found the hdim 64
-score-mod backward with a 928-byte frame, forward + backward 6.6 times the plain one's time.
+score-mod backward with a 928-byte frame, forward + backward 6.6 times the plain one's time. Nor does
+one see ptxas serializing the warpgroup MMAs (warning C7515: a register of an MMA's accumulator
+written between its issue and its wait, as a branch around an issue can do), which takes away the
+MMAs' overlap with the softmax.
 Skipped when nvcc or the CuTe headers cannot be found.
 """
 import re
@@ -41,6 +44,8 @@ def stack_frames(pass_, head_dim, variant, tmp_path, features):
     frames = re.findall(rf"Compiling entry function '(\w*flash_{pass_}_sm90\w*)'.*?(\d+) bytes stack frame",
                         proc.stderr, re.S)
     assert frames, f"no flash_{pass_}_sm90 kernel in ptxas's report:\n" + _report(proc)
+    serialized = re.findall(r"wgmma\.mma_async instructions are serialized.*?function '(\w+)'", proc.stderr)
+    assert not serialized, f"ptxas serializes the warpgroup MMAs of {serialized}"
     return frames
 
 
