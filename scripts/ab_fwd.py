@@ -90,6 +90,7 @@ ROWS = {  # name: (head dim, causal, keyword arguments of flash_attn_func; "seql
     "h64 causal 4k": (64, True, {"seqlen": 4096}),
     "h64 full 4k": (64, False, {"seqlen": 4096}),
     "h64 full 512": (64, False, {"seqlen": 512}),
+    "h64 causal 512": (64, True, {"seqlen": 512}),
     "h64 full 128": (64, False, {"seqlen": 128}),
     "h64 full 256": (64, False, {"seqlen": 256}),
     "h64 causal 256": (64, True, {"seqlen": 256}),
