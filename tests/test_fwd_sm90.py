@@ -477,14 +477,18 @@ def test_warp_specialized_consumers_without_rows(head_dim, causal, consumers, va
                   max_seqlen_k=max(seqlens_k))
 
 
-# (seqlen_q, seqlen_k, causal, window_size, dropout_p) where the tile's top or bottom key blocks lie
-# outside some consumer's rows' keys: causal diagonals 0, 64 and 100 keys right of the square's,
-# windows narrower and wider than a tile, with dropout on one of them.
-SKIP_CASES = [(2048, 2048, True, (-1, -1), 0.0), (1000, 1064, True, (-1, -1), 0.0),
-              (1500, 1600, True, (-1, -1), 0.0), (4096, 4096, False, (1024, 0), 0.0),
-              (3000, 3000, False, (512, 512), 0.0), (2000, 2100, False, (90, 20), 0.0),
-              (2000, 2000, False, (300, 0), 0.17)]
-SKIP_IDS = [f"{a}x{b}-{'causal' if c else w}-p{p}" for a, b, c, w, p in SKIP_CASES]
+# (seqlen_q, seqlen_k, causal, mods) where the tile's top or bottom key blocks lie outside some
+# consumer's rows' keys: causal diagonals 0, 64 and 100 keys right of the square's and 500 left of it
+# (top consumers that see no key at all), windows narrower and wider than a tile; with dropout, ALiBi
+# (its bias first), and bf16 softcap's fixed-offset (30) and checked (60) kernels.
+SKIP_CASES = [(2048, 2048, True, {}), (1000, 1064, True, {}), (1500, 1600, True, {}), (1500, 1000, True, {}),
+              (4096, 4096, False, {"window_size": (1024, 0)}), (3000, 3000, False, {"window_size": (512, 512)}),
+              (2000, 2100, False, {"window_size": (90, 20)}),
+              (2000, 2000, False, {"window_size": (300, 0), "dropout_p": 0.17}),
+              (1500, 1600, True, {"alibi": True}), (2000, 2000, True, {"softcap": 30.0}),
+              (2000, 2100, False, {"window_size": (300, 0), "softcap": 60.0}), (1500, 1000, True, {"softcap": 30.0})]
+SKIP_IDS = [f"{a}x{b}-{'causal-' if c else ''}" + "-".join(f"{k}{v}" for k, v in mods.items())
+            for a, b, c, mods in SKIP_CASES]
 
 
 @pytest.mark.parametrize("case", SKIP_CASES, ids=SKIP_IDS)
@@ -493,12 +497,19 @@ SKIP_IDS = [f"{a}x{b}-{'causal' if c else w}-p{p}" for a, b, c, w, p in SKIP_CAS
 def test_warp_specialized_consumers_skip_blocks_their_rows_do_not_see(head_dim, consumers, case, monkeypatch):
     """A consumer of a tile whose rows see none of a key block of the tile (a causal diagonal or a
     window edge inside the tile) skips that step, issuing the P V its last block left pending in
-    the skipped turn; out and LSE against the reference, into a poisoned output, on two and three
-    consumers (192-row tiles: the diagonal leaves the top consumers out of the tile's top block)."""
-    seqlen_q, seqlen_k, causal, window, p = case
+    the skipped turn; a consumer whose rows see no key skips them all (O = 0, LSE = +inf). out and
+    LSE against the reference, into a poisoned output, on two and three consumers (192-row tiles:
+    the diagonal leaves the top consumers out of the tile's top block; bf16 softcap's kernels have
+    three either way)."""
+    seqlen_q, seqlen_k, causal, mods = case
+    mods = dict(mods)
+    p = mods.pop("dropout_p", 0.0)
     if consumers == 3 and head_dim != 64:
         pytest.skip("three consumers: head dim 64 only")
-    variant = kernel_variant(window, 0.0, None, causal, seqlen_k, p)
+    if mods.pop("alibi", False):
+        mods["alibi_slopes"] = torch.rand(8, device="cuda", dtype=torch.float32) * 0.3
+    window = mods.get("window_size", (-1, -1))
+    variant = kernel_variant(window, mods.get("softcap", 0.0), mods.get("alibi_slopes"), causal, seqlen_k, p)
     _require_built(torch.bfloat16, head_dim, kernel_causal(causal, window), variant)
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS_CONSUMERS", str(consumers))
@@ -506,14 +517,13 @@ def test_warp_specialized_consumers_skip_blocks_their_rows_do_not_see(head_dim, 
     q = _randn(2, seqlen_q, 8, head_dim, dtype=torch.bfloat16)
     k, v = (_randn(2, seqlen_k, 2, head_dim, dtype=torch.bfloat16) for _ in range(2))
     out = torch.full_like(q, float("nan"))
-    call = lambda: fac.fwd(q, k, v, out=out, causal=causal, window_size=window, dropout_p=p)  # noqa: E731
+    call = lambda: fac.fwd(q, k, v, out=out, causal=causal, dropout_p=p, **mods)  # noqa: E731
     assert _takes_hopper_kernel(call, ws=True)
-    if p == 0.0 and head_dim == 64:
+    if p == 0.0 and head_dim == 64 and not mods.get("softcap"):
         assert _ws_consumers(call) == consumers
     out.fill_(float("nan"))
     result = call()
     assert not out.isnan().any(), "every output element is written"
-    mods = dict(window_size=window)
     if p > 0.0:
         mods.update(dropout_p=p, dropout_mask=fac.dropout_mask(result[2], p, 2, 8, seqlen_q, seqlen_k))
     _check(q, k, v, causal, out, result[1], **mods)
