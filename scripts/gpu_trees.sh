@@ -2,19 +2,20 @@
 # One GPU call over packages prebuilt on the CPU machine (scripts/build_offline_ext.sh, each packed
 # from its .offline folder: tar -cJf .trees/NAME.tar.xz -C .offline flash_attn_cute): unpacks every
 # tree, runs the tests (pytest arguments in TESTS, relative to tests/) on the trees named in
-# TEST_TREES, then scripts/ab_fwd.py (AB_ARGS) over all of them. Logs under $OUT: tests_NAME.log,
-# ab.md. Carry ".trees" in the device call.
-#   usage: TEST_TREES="A" TESTS="test_fwd_sm90.py -k 'not fp16'" AB_ARGS="--rounds 2" bash scripts/gpu_trees.sh
+# TEST_TREES, then scripts/ab_fwd.py (AB_ARGS) over the trees named in AB_TREES (default: all of
+# them). Logs under $OUT: tests_NAME.log, ab.md. Carry ".trees" in the device call.
+#   usage: TEST_TREES="A" TESTS="test_fwd_sm90.py -k 'not fp16'" AB_TREES="M A" AB_ARGS="--rounds 2" bash scripts/gpu_trees.sh
 source "$(dirname "$0")/gpu_env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 trees=()
 for archive in .trees/*.tar.xz; do
   name=$(basename "$archive" .tar.xz)
   mkdir -p "/tmp/trees/$name" && tar -xJf "$archive" -C "/tmp/trees/$name" || exit 1
-  trees+=("--tree" "$name=/tmp/trees/$name")
+  if [ -z "${AB_TREES:-}" ] || [[ " $AB_TREES " == *" $name "* ]]; then trees+=("--tree" "$name=/tmp/trees/$name"); fi
 done
 root=$PWD
 eval "test_args=(${TESTS:-.})"  # TESTS may quote: -k 'not fp16'
+eval "ab_args=(${AB_ARGS:-})"    # as may AB_ARGS: --only 'h64 full 1k$,h64 causal 1k$'
 for name in ${TEST_TREES:-}; do
   # The tests import the tree's package: run from tests/ so that the source tree (no _C) is not on the path.
   (cd tests && PYTHONPATH="/tmp/trees/$name${PYTHONPATH:+:$PYTHONPATH}" timeout -k 5 -s INT "${TEST_TIMEOUT:-900}" \
@@ -22,7 +23,7 @@ for name in ${TEST_TREES:-}; do
 done
 cd "$root"
 if [ "${SKIP_AB:-0}" != 1 ]; then
-  timeout -k 5 -s INT "${AB_TIMEOUT:-900}" python3 scripts/ab_fwd.py "${trees[@]}" ${AB_ARGS:-} 2>"$OUT/ab.err" |
+  timeout -k 5 -s INT "${AB_TIMEOUT:-900}" python3 scripts/ab_fwd.py "${trees[@]}" "${ab_args[@]}" 2>"$OUT/ab.err" |
     tee "$OUT/ab.md"
   tail -3 "$OUT/ab.err"
 fi
