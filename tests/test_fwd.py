@@ -46,6 +46,16 @@ def _check(q, k, v, causal, out, lse, scale=None, **mods):
     _assert_lse_close(lse, lse_ref)
 
 
+def _check_varlen(q, k, v, cu_q, cu_k, out, lse=None, **mods):
+    """_check for the varlen forms (cu_seqlens_q / _k); mods: causal and the score mods, dropout's
+    mask. lse None: out alone."""
+    ref, lse_ref = attention_varlen_ref(q, k, v, cu_q, cu_k, **mods)
+    ref_lowp, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, upcast=False, reorder_ops=True, **mods)
+    _assert_close_rule(out, ref, ref_lowp)
+    if lse is not None:
+        _assert_lse_close(lse, lse_ref)
+
+
 def attention_grid(test):
     """The issue's grid: dtype x head dim x (seqlen_q, seqlen_k) x causal x MHA/GQA/MQA."""
     for name, values, ids in (("dtype", DTYPES, ["fp16", "bf16"]), ("head_dim", HEAD_DIMS, None),
@@ -96,11 +106,8 @@ def test_varlen_uneven_and_empty_sequences(dtype, head_dim, causal):
     v = _randn(int(cu_k[-1]), 2, head_dim, dtype=dtype)
     out, lse, _ = fac.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(seqlens_q), max(seqlens_k), causal=causal,
                                              return_attn_probs=True)
-    ref, lse_ref = attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal)
-    ref_lowp, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal, upcast=False, reorder_ops=True)
-    _assert_close_rule(out, ref, ref_lowp)
     assert lse.shape == (4, q.size(0))
-    _assert_lse_close(lse, lse_ref)
+    _check_varlen(q, k, v, cu_q, cu_k, out, lse, causal=causal)
 
 
 def test_packed_and_strided_inputs():
@@ -128,9 +135,7 @@ def test_varlen_packed():
     qkv = _randn(int(cu[-1]), 3, 4, 64, dtype=torch.float16)
     out = fac.flash_attn_varlen_qkvpacked_func(qkv, cu, max(seqlens), causal=True)
     q, k, v = qkv.unbind(1)
-    ref, _ = attention_varlen_ref(q, k, v, cu, cu, causal=True)
-    ref_lowp, _ = attention_varlen_ref(q, k, v, cu, cu, causal=True, upcast=False, reorder_ops=True)
-    _assert_close_rule(out, ref, ref_lowp)
+    _check_varlen(q, k, v, cu, cu, out, causal=True)
     out_kv = fac.flash_attn_varlen_kvpacked_func(q, qkv[:, 1:], cu, cu, max(seqlens), max(seqlens), causal=True)
     assert torch.equal(out, out_kv)
 

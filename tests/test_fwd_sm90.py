@@ -10,11 +10,11 @@ import torch
 
 import flash_attn_cute as fac
 from flash_attn_cute._ops import BUILT_FWD_SM90_KERNELS, kernel_causal, kernel_head_dim, kernel_variant
-from flash_attn_cute.reference import attention_ref, attention_varlen_ref
+from flash_attn_cute.reference import attention_ref
 
 from test_bwd import _check_grads, _varlen_case
 from test_dropout import _run_with_probs
-from test_fwd import DTYPES, _assert_close_rule, _assert_lse_close, _check, _randn
+from test_fwd import DTYPES, _check, _check_varlen, _randn
 
 pytestmark = [pytest.mark.cuda, pytest.mark.sm90]
 
@@ -135,10 +135,7 @@ def test_hopper_forward_varlen_uneven_and_empty_sequences(head_dim, causal, hopp
                                               return_attn_probs=True)
     assert _takes_hopper_kernel(call, ws)
     out, lse, _ = call()
-    ref, lse_ref = attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal)
-    ref_lowp, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal, upcast=False, reorder_ops=True)
-    _assert_close_rule(out, ref, ref_lowp)
-    _assert_lse_close(lse, lse_ref)
+    _check_varlen(q, k, v, cu_q, cu_k, out, lse, causal=causal)
 
 
 # (window_size, causal, softcap, ALiBi): each score mod alone and combined, windows on either side.
@@ -346,9 +343,7 @@ def test_warp_specialized_tiles_of_every_size(causal, head_dim, monkeypatch):
     assert _takes_hopper_kernel(call, ws=True) and (head_dim != 64 or _ws_consumers(call) == 3)
 
     def check(q):
-        ref, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal)
-        ref_lowp, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal, upcast=False, reorder_ops=True)
-        _assert_close_rule(out, ref, ref_lowp)
+        _check_varlen(q, k, v, cu_q, cu_k, out, causal=causal)
 
     q2 = _randn(3, 700, 8, head_dim, dtype=torch.bfloat16)  # 3 x 8 x 6 tiles between the varlen calls
     k2, v2 = (_randn(3, 900, 2, head_dim, dtype=torch.bfloat16) for _ in range(2))
@@ -453,12 +448,8 @@ def test_warp_specialized_consumers_without_rows(head_dim, causal, consumers, va
             keep = fac.dropout_mask(result[2], p, *shape, varlen.get("cu_seqlens_q"), varlen.get("cu_seqlens_k"))
             ref_mods = dict(dropout_p=p, dropout_mask=keep)
         if varlen:
-            ref, lse_ref = attention_varlen_ref(q, k, v, varlen["cu_seqlens_q"], varlen["cu_seqlens_k"],
-                                                causal=causal, **ref_mods)
-            ref_lowp, _ = attention_varlen_ref(q, k, v, varlen["cu_seqlens_q"], varlen["cu_seqlens_k"],
-                                               causal=causal, upcast=False, reorder_ops=True, **ref_mods)
-            _assert_close_rule(out, ref, ref_lowp)
-            _assert_lse_close(result[1], lse_ref)
+            _check_varlen(q, k, v, varlen["cu_seqlens_q"], varlen["cu_seqlens_k"], out, result[1], causal=causal,
+                          **ref_mods)
         else:
             _check(q, k, v, causal, out, result[1], **ref_mods)
 
@@ -798,10 +789,7 @@ def test_warp_specialized_alibi_walk_varlen(head_dim, dtype, mods, monkeypatch):
                                               return_attn_probs=True, **kw)
     assert _takes_hopper_kernel(call, ws=True)
     out, lse, _ = call()
-    ref, lse_ref = attention_varlen_ref(q, k, v, cu_q, cu_k, **kw)
-    ref_lowp, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, upcast=False, reorder_ops=True, **kw)
-    _assert_close_rule(out, ref, ref_lowp)
-    _assert_lse_close(lse, lse_ref)
+    _check_varlen(q, k, v, cu_q, cu_k, out, lse, **kw)
 
 
 @pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024)], ids=str)

@@ -10,7 +10,7 @@ import torch
 import flash_attn_cute as fac
 from flash_attn_cute.reference import attention_ref, attention_varlen_ref
 from test_bwd import _check_grads, _grads_of, _varlen_case
-from test_fwd import _assert_close_rule, _assert_lse_close, _check, _randn
+from test_fwd import _check, _check_varlen, _randn
 
 pytestmark = pytest.mark.cuda
 
@@ -102,10 +102,7 @@ def test_varlen_score_mods(mods, deterministic):
         kw.update(softcap=10.0, alibi_slopes=_slopes(len(seqlens_q), q.size(1), True))
     args = (cu_q, cu_k, max(seqlens_q), max(seqlens_k))
     out, lse, _ = fac.flash_attn_varlen_func(q, k, v, *args, return_attn_probs=True, **kw)
-    ref, lse_ref = attention_varlen_ref(q, k, v, cu_q, cu_k, **kw)
-    ref_lowp, _ = attention_varlen_ref(q, k, v, cu_q, cu_k, upcast=False, reorder_ops=True, **kw)
-    _assert_close_rule(out, ref, ref_lowp)
-    _assert_lse_close(lse, lse_ref)
+    _check_varlen(q, k, v, cu_q, cu_k, out, lse, **kw)
     fn = lambda q, k, v: fac.flash_attn_varlen_func(q, k, v, *args, deterministic=deterministic, **kw)  # noqa: E731
     grads = _grads_of(fn, (q, k, v), dout)
     ref_fn = lambda q, k, v, **r: attention_varlen_ref(q, k, v, cu_q, cu_k, **kw, **r)[0]  # noqa: E731
@@ -184,10 +181,7 @@ def test_varlen_seqused_k(causal):
     keep = torch.cat([torch.arange(int(cu_k[b]), int(cu_k[b]) + used[b], device="cuda") for b in range(len(used))])
     cu_used = torch.tensor([0] + used, device="cuda").cumsum(0).int()
     out = fn(q, k, v)
-    ref, _ = attention_varlen_ref(q, k[keep], v[keep], cu_q, cu_used, causal=causal)
-    ref_lowp, _ = attention_varlen_ref(q, k[keep], v[keep], cu_q, cu_used, causal=causal, upcast=False,
-                                       reorder_ops=True)
-    _assert_close_rule(out, ref, ref_lowp)
+    _check_varlen(q, k[keep], v[keep], cu_q, cu_used, out, causal=causal)
     dq, dk, dv = _grads_of(fn, (q, k, v), dout)
     unused = torch.ones(k.size(0), dtype=torch.bool, device="cuda")
     unused[keep] = False
