@@ -255,6 +255,25 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
   auto take_turn = [&] { named_barrier_sync(kTurnBarrier + consumer, 2 * 128); };
   auto pass_turn = [&] { named_barrier_arrive(kTurnBarrier + (consumer == kLast ? 0 : consumer + 1), 2 * 128); };
   if (consumer == kLast) pass_turn();
+  // A tile's turns without its work, for a consumer whose rows all lie past the sequence's end: the
+  // other consumers' turns and the rings' counts go on as if it took part. It waits for each buffer
+  // before releasing it: released sooner, its arrival could count toward the buffer's last use.
+  auto idle_turns = [&](int steps, int& i) {
+    for (int s = 0; s < steps; ++s, ++i) {
+      barriers.k.wait(i);
+      if (s > 0) barriers.v.wait(i - 1);
+      take_turn();
+      pass_turn();
+      barriers.k.release(i);
+      if (s > 0) barriers.v.release(i - 1);
+    }
+    if (steps > 0) {  // the last P V's turn
+      barriers.v.wait(i - 1);
+      take_turn();
+      pass_turn();
+      barriers.v.release(i - 1);
+    }
+  };
 
   int i = 0;  // uses of the K / V rings, as the producer counts them
   for (int q_use = 0;; ++q_use) {  // uses of Q's buffers, one per tile
@@ -267,6 +286,14 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     const NBlockRange range = fwd_n_block_range(tile.m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window);
     const int rows_left = binfo.seqlen_q - tile.m_block * kBlockM;
     const index_t m_start = index_t(tile.m_block) * kBlockM;
+    // The bottom tile of a sequence whose length is not a multiple of kBlockM (varlen's, and every
+    // power of two on 192-row tiles) can leave a consumer no row of its own: it skips the tile's MMAs,
+    // softmax and epilogue, and the SM's issue slots and tensor cores go to the consumers with rows.
+    if (warp_uniform(rows_left <= consumer * (kBlockM / Traits::kConsumers))) {
+      idle_turns(range.n_block_max - range.n_block_min, i);
+      barriers.q.release(q_use);
+      continue;
+    }
     Softmax<2 * decltype(size<1>(tOrO))::value, Traits::kLazyRescale, !Is_softcap> softmax;
     const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
     const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
