@@ -55,9 +55,13 @@ using FwdWsBarriersOf = FwdWsBarriers<Traits::kStages, Traits::kQStages>;
 // The order of a tile's key blocks, the producer's and the consumers': with ALiBi, non-causal rows
 // start at their diagonal's block (KeyBlockWalk), else top-down.
 template <class Traits, bool Is_causal>
+__device__ __forceinline__ bool fwd_ws_peak_first(FwdParams const& params) {
+  return Traits::kVariant != Variant::kPlain && !Is_causal && params.alibi_slopes != nullptr;
+}
+template <class Traits, bool Is_causal>
 __device__ __forceinline__ KeyBlockWalk fwd_ws_walk(FwdParams const& params, NBlockRange const& range, int m_block,
                                                     BlockInfo const& binfo) {
-  const bool peak_first = Traits::kVariant != Variant::kPlain && !Is_causal && params.alibi_slopes != nullptr;
+  const bool peak_first = fwd_ws_peak_first<Traits, Is_causal>(params);
   return fwd_key_block_walk(range, peak_first, m_block * Traits::kBlockM, Traits::kBlockN, binfo.seqlen_q,
                             binfo.seqlen_k);
 }
@@ -226,7 +230,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
   Tensor sVt = make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVt{});  // (kHeadDim, kBlockN, stage)
   Tensor sO = make_tensor(make_smem_ptr(smem_o), typename Traits::SmemLayoutO{});    // (kBlockM, kHeadDim)
   const int tidx = threadIdx.x - Traits::kNProducerThreads;
-  const int consumer = tidx / 128;
+  const int consumer = warp_uniform(tidx / 128);  // known warp-uniform: branches on it stay uniform
   auto sync_epilogue = [&] { named_barrier_sync(kEpilogueBarrier + consumer, 128); };
   typename Traits::TiledMmaS tiled_mma_s;
   typename Traits::TiledMma tiled_mma_o;
@@ -289,7 +293,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     // The bottom tile of a sequence whose length is not a multiple of kBlockM (varlen's, and every
     // power of two on 192-row tiles) can leave a consumer no row of its own: it skips the tile's MMAs,
     // softmax and epilogue, and the SM's issue slots and tensor cores go to the consumers with rows.
-    if (warp_uniform(rows_left <= consumer * (kBlockM / Traits::kConsumers))) {
+    if (rows_left <= consumer * (kBlockM / Traits::kConsumers)) {
       idle_turns(range.n_block_max - range.n_block_min, i);
       barriers.q.release(q_use);
       continue;
@@ -310,6 +314,18 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     };
     [[maybe_unused]] const auto fixed_offsets = softmax.fixed_offsets(params.softmax_scale_log2, row_bias);
     clear(tOrO);
+    // The key blocks this consumer's own rows see, within the tile's (a causal diagonal or a window
+    // edge can leave it none of a tile's top or bottom blocks); its steps on the others only keep the
+    // turns and the rings' counts. In the top-down walk its own blocks follow each other, the first
+    // of them masked (its rows' diagonal or right edge lies in it) unless it is the tile's first, so
+    // an unmasked step is always its own and always follows one. The walk from ALiBi's peak takes
+    // the tile's blocks. pending_pv: the last step's P awaits its P V (no skip has flushed it).
+    const NBlockRange own =
+        fwd_ws_peak_first<Traits, Is_causal>(params)
+            ? range
+            : fwd_n_block_range(tile.m_block * Traits::kConsumers + consumer, kBlockM / Traits::kConsumers, kBlockN,
+                                binfo.seqlen_q, binfo.seqlen_k, window);
+    bool pending_pv = false;
 
     // One key block: in a turn, O += P V of the previous block and S = Q K^T of this one; then
     // mask and online softmax into P. With kOverlapPV, Q K^T is issued first and the softmax's
@@ -325,18 +341,39 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       constexpr bool kBiasFirst = !kSoftcap && decltype(with_alibi)::value;
       constexpr StepOffset kOffset = decltype(offset)::value;
       constexpr bool kOverlap = Traits::kOverlapPV;
+      constexpr bool kMasked = decltype(is_masked)::value;
+      auto issue_pv = [&] { wgmma_issue<false>(tiled_mma_o, tOrP, tOrVt(_, _, _, barriers.v.stage(i - 1)), tOrO); };
+      if constexpr (kMasked) {
+        if (n_block < own.n_block_min || n_block >= own.n_block_max) {  // not this consumer's block
+          barriers.k.wait(i);
+          if (!is_first) barriers.v.wait(i - 1);
+          take_turn();
+          if (pending_pv) {
+            issue_pv();
+          } else {
+            warpgroup_commit_batch();
+          }
+          pass_turn();
+          barriers.k.release(i);
+          warpgroup_mma_done(tOrO, tOrP);
+          if (!is_first) barriers.v.release(i - 1);
+          pending_pv = false;
+          ++i;
+          return kOffset == StepOffset::kFixed;
+        }
+      }
+      const bool pending = !kMasked || pending_pv;  // else this consumer's first block of the tile
       Tensor tSrS = partition_fragment_C(tiled_mma_s, tile_mn);  // (MMA, MMA_M, MMA_N)
       if constexpr (kBiasFirst) {
         fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
       }
-      auto issue_pv = [&] { wgmma_issue<false>(tiled_mma_o, tOrP, tOrVt(_, _, _, barriers.v.stage(i - 1)), tOrO); };
       barriers.k.wait(i);
       if (!is_first) barriers.v.wait(i - 1);
       take_turn();
-      if (!kOverlap && !is_first) issue_pv();
+      if (!kOverlap && pending) issue_pv();
       wgmma_issue<!kBiasFirst>(tiled_mma_s, tSrQ_tile, tSrK(_, _, _, barriers.k.stage(i)), tSrS);
       if constexpr (kOverlap) {
-        if (!is_first) {
+        if (pending) {
           issue_pv();
         } else {
           warpgroup_commit_batch();  // an empty batch: every step's waits count alike (else ptxas serializes the MMAs)
@@ -357,7 +394,6 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
           tSrS, tScS, int(m_start), n_block * kBlockN, mask, params.softcap, alibi_slope);
       Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
       constexpr int kFmaExp2Every = Traits::fma_exp2_every(kSoftcap);
-      constexpr bool kMasked = decltype(is_masked)::value;
       const float scale_log2 = params.softmax_scale_log2;
       // O's rescale, once its P V is done (with kOverlap it ran during the exponentials).
       auto rescale_o_after_pv = [&](auto const& rescale) __attribute__((always_inline)) {
@@ -370,16 +406,16 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       bool fixed_offset = kOffset == StepOffset::kFixed;
       if constexpr (kOffset == StepOffset::kChecked) {
         static_assert(kMasked);
-        auto rescale = softmax.template step_offsets<true>(is_first, tSrS_rc, scale_log2);
+        auto rescale = softmax.template step_offsets<true>(!pending, tSrS_rc, scale_log2);
         fixed_offset = named_barrier_all(kCheckBarrier + consumer, 128, softmax.offsets_reach(fixed_offsets, scale_log2));
         if (fixed_offset) softmax.move_to_fixed(fixed_offsets, scale_log2, rescale);
         softmax.template exponentiate<true, kFmaExp2Every>(tSrS_rc, scale_log2);
         rescale_o_after_pv(rescale);
       } else if constexpr (kOverlap) {
         rescale_o_after_pv(softmax.template step_exp<kMasked, kFmaExp2Every, kOffset == StepOffset::kFixed>(
-            is_first, tSrS_rc, scale_log2));
+            !pending, tSrS_rc, scale_log2));
       } else {
-        softmax.template rescale_o<kMasked, kFmaExp2Every, kOffset == StepOffset::kFixed>(is_first, tSrS_rc, tOrO_rc,
+        softmax.template rescale_o<kMasked, kFmaExp2Every, kOffset == StepOffset::kFixed>(!pending, tSrS_rc, tOrO_rc,
                                                                                          scale_log2);
       }
       Tensor rP = convert_type<Element>(tSrS);  // (MMA, MMA_M, MMA_N)
@@ -389,6 +425,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       }
 #pragma unroll
       for (int j = 0; j < size(rP); ++j) tOrP(j) = rP(j);
+      pending_pv = true;
       ++i;
       return fixed_offset;
     };
@@ -399,14 +436,18 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       const KeyBlockWalk walk = fwd_ws_walk<Traits, Is_causal>(params, range, tile.m_block, binfo);
       // A checked kernel's tile: its rows span this many key blocks, in which each finds its first key.
       constexpr int kCheckSteps = ceil_div(kBlockM, kBlockN) + 1;
-      fwd_walk_sm90<Has_mods, Is_softcap, Element, kLoops, kCheckSteps>(range, walk, alibi_loop, fwd_step);
+      fwd_walk_sm90<Has_mods, Is_softcap, Element, kLoops, kCheckSteps>(own, walk, alibi_loop, fwd_step);
       // The tile's Q K^T are done. With O in shared memory of its own, the producer may now load
       // a later tile's Q into the buffer.
       if constexpr (Traits::kSeparateO) barriers.q.release(q_use);
-      // The last turn: P V of the bottom key block.
+      // The last turn: P V of the bottom key block, unless it was not this consumer's.
       barriers.v.wait(i - 1);
       take_turn();
-      wgmma_issue<false>(tiled_mma_o, tOrP, tOrVt(_, _, _, barriers.v.stage(i - 1)), tOrO);
+      if (pending_pv) {
+        wgmma_issue<false>(tiled_mma_o, tOrP, tOrVt(_, _, _, barriers.v.stage(i - 1)), tOrO);
+      } else {
+        warpgroup_commit_batch();
+      }
       pass_turn();
       warpgroup_mma_done(tOrO, tOrP);
       barriers.v.release(i - 1);
