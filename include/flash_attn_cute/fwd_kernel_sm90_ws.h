@@ -52,12 +52,13 @@ static_assert(sizeof(FwdWsBarriers<kFwdSm90WsStages, 2>) <= kFwdSm90WsBarrierByt
 template <class Traits>
 using FwdWsBarriersOf = FwdWsBarriers<Traits::kStages, Traits::kQStages>;
 
-// The order of a tile's key blocks, the producer's and the consumers': with ALiBi, non-causal rows
-// start at their diagonal's block (KeyBlockWalk), else top-down.
+// Whether a tile's walk starts at its diagonal's block (non-causal rows with ALiBi), not at the top.
 template <class Traits, bool Is_causal>
 __device__ __forceinline__ bool fwd_ws_peak_first(FwdParams const& params) {
   return Traits::kVariant != Variant::kPlain && !Is_causal && params.alibi_slopes != nullptr;
 }
+// The order of a tile's key blocks, the producer's and the consumers': with ALiBi, non-causal rows
+// start at their diagonal's block (KeyBlockWalk), else top-down.
 template <class Traits, bool Is_causal>
 __device__ __forceinline__ KeyBlockWalk fwd_ws_walk(FwdParams const& params, NBlockRange const& range, int m_block,
                                                     BlockInfo const& binfo) {
@@ -259,10 +260,12 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
   auto take_turn = [&] { named_barrier_sync(kTurnBarrier + consumer, 2 * 128); };
   auto pass_turn = [&] { named_barrier_arrive(kTurnBarrier + (consumer == kLast ? 0 : consumer + 1), 2 * 128); };
   if (consumer == kLast) pass_turn();
+
+  int i = 0;  // uses of the K / V rings, as the producer counts them
   // A tile's turns without its work, for a consumer whose rows all lie past the sequence's end: the
   // other consumers' turns and the rings' counts go on as if it took part. It waits for each buffer
   // before releasing it: released sooner, its arrival could count toward the buffer's last use.
-  auto idle_turns = [&](int steps, int& i) {
+  auto idle_turns = [&](int steps) {
     for (int s = 0; s < steps; ++s, ++i) {
       barriers.k.wait(i);
       if (s > 0) barriers.v.wait(i - 1);
@@ -278,8 +281,6 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       barriers.v.release(i - 1);
     }
   };
-
-  int i = 0;  // uses of the K / V rings, as the producer counts them
   for (int q_use = 0;; ++q_use) {  // uses of Q's buffers, one per tile
     barriers.q.wait(q_use);
     const int t = warp_uniform(barriers.q_tile[barriers.q.stage(q_use)]);
@@ -294,7 +295,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     // power of two on 192-row tiles) can leave a consumer no row of its own: it skips the tile's MMAs,
     // softmax and epilogue, and the SM's issue slots and tensor cores go to the consumers with rows.
     if (rows_left <= consumer * (kBlockM / Traits::kConsumers)) {
-      idle_turns(range.n_block_max - range.n_block_min, i);
+      idle_turns(range.n_block_max - range.n_block_min);
       barriers.q.release(q_use);
       continue;
     }
