@@ -6,8 +6,9 @@
 // query rows each and take turns at the tensor cores (ping-pong): in its turn a consumer issues
 // P V of the previous key block and Q K^T of the next, then runs the softmax while the other
 // consumer's turn keeps the tensor cores busy (with kOverlapPV, Q K^T first, and the softmax also
-// overlaps its own P V). Every variant of fwd_kernel.h (plain, score mods,
-// dropout).
+// overlaps its own P V). A consumer takes no work in the turns of key blocks its own rows do not
+// see, nor in a tile whose rows past the sequence's end are all it has. Every variant of
+// fwd_kernel.h (plain, score mods, dropout).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -352,7 +353,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
           if (pending_pv) {
             issue_pv();
           } else {
-            warpgroup_commit_batch();
+            warpgroup_commit_batch();  // empty: the wait below counts alike on both paths (see the step's)
           }
           pass_turn();
           barriers.k.release(i);
