@@ -226,8 +226,8 @@ def test_kernel_choice_by_row_length(causal, monkeypatch):
 @pytest.mark.parametrize("causal", [False, True])
 def test_three_consumers_by_row_length(causal, monkeypatch):
     """The plain and score-mod warp-specialized kernels at head dim 64 take three consumer
-    warpgroups (192-row tiles) where rows see 512 keys or more, with a window edge (causal, local)
-    in sequences of 2048 rows or more, two elsewhere (tile_size.h's fwd_sm90_ws_three_consumers_pay);
+    warpgroups (192-row tiles) where rows see 512 keys or more, two elsewhere (tile_size.h's
+    fwd_sm90_ws_three_consumers_pay);
     FLASH_ATTN_CUTE_SM90_WS_CONSUMERS overrides the choice."""
     _require_built(torch.bfloat16, 64, causal)
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
@@ -235,7 +235,7 @@ def test_three_consumers_by_row_length(causal, monkeypatch):
         *(_randn(batch, seqlen, 8, 64, dtype=torch.bfloat16) for _ in range(3)), causal=causal, **kw)
     assert _ws_consumers(run(1, 4096)) == 3
     assert _ws_consumers(run(1, 2048)) == 3, "causal 2048: 1024.5 keys a row on average"
-    assert _ws_consumers(run(2, 1024)) == (2 if causal else 3), "a causal 1024-row sequence"
+    assert _ws_consumers(run(2, 1024)) == 3, "a causal 1024-row sequence: 512.5 keys a row"
     assert _ws_consumers(run(16, 256)) == 2
     if ("bf16", 64, causal, "mods") in BUILT_FWD_SM90_KERNELS:
         alibi = dict(alibi_slopes=torch.rand(8, device="cuda"))

@@ -6,8 +6,9 @@
 // query rows each and take turns at the tensor cores (ping-pong): in its turn a consumer issues
 // P V of the previous key block and Q K^T of the next, then runs the softmax while the other
 // consumer's turn keeps the tensor cores busy (with kOverlapPV, Q K^T first, and the softmax also
-// overlaps its own P V). Every variant of fwd_kernel.h (plain, score mods,
-// dropout).
+// overlaps its own P V). A consumer takes no work in the turns of key blocks its own rows do not
+// see, nor in a tile whose rows past the sequence's end are all it has. Every variant of
+// fwd_kernel.h (plain, score mods, dropout).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -52,12 +53,17 @@ static_assert(sizeof(FwdWsBarriers<kFwdSm90WsStages, 2>) <= kFwdSm90WsBarrierByt
 template <class Traits>
 using FwdWsBarriersOf = FwdWsBarriers<Traits::kStages, Traits::kQStages>;
 
+// Whether a tile's walk starts at its diagonal's block (non-causal rows with ALiBi), not at the top.
+template <class Traits, bool Is_causal>
+__device__ __forceinline__ bool fwd_ws_peak_first(FwdParams const& params) {
+  return Traits::kVariant != Variant::kPlain && !Is_causal && params.alibi_slopes != nullptr;
+}
 // The order of a tile's key blocks, the producer's and the consumers': with ALiBi, non-causal rows
 // start at their diagonal's block (KeyBlockWalk), else top-down.
 template <class Traits, bool Is_causal>
 __device__ __forceinline__ KeyBlockWalk fwd_ws_walk(FwdParams const& params, NBlockRange const& range, int m_block,
                                                     BlockInfo const& binfo) {
-  const bool peak_first = Traits::kVariant != Variant::kPlain && !Is_causal && params.alibi_slopes != nullptr;
+  const bool peak_first = fwd_ws_peak_first<Traits, Is_causal>(params);
   return fwd_key_block_walk(range, peak_first, m_block * Traits::kBlockM, Traits::kBlockN, binfo.seqlen_q,
                             binfo.seqlen_k);
 }
@@ -226,7 +232,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
   Tensor sVt = make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVt{});  // (kHeadDim, kBlockN, stage)
   Tensor sO = make_tensor(make_smem_ptr(smem_o), typename Traits::SmemLayoutO{});    // (kBlockM, kHeadDim)
   const int tidx = threadIdx.x - Traits::kNProducerThreads;
-  const int consumer = tidx / 128;
+  const int consumer = warp_uniform(tidx / 128);  // known warp-uniform: branches on it stay uniform
   auto sync_epilogue = [&] { named_barrier_sync(kEpilogueBarrier + consumer, 128); };
   typename Traits::TiledMmaS tiled_mma_s;
   typename Traits::TiledMma tiled_mma_o;
@@ -257,6 +263,25 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
   if (consumer == kLast) pass_turn();
 
   int i = 0;  // uses of the K / V rings, as the producer counts them
+  // A tile's turns without its work, for a consumer whose rows all lie past the sequence's end: the
+  // other consumers' turns and the rings' counts go on as if it took part. It waits for each buffer
+  // before releasing it: released sooner, its arrival could count toward the buffer's last use.
+  auto idle_turns = [&](int steps) {
+    for (int s = 0; s < steps; ++s, ++i) {
+      barriers.k.wait(i);
+      if (s > 0) barriers.v.wait(i - 1);
+      take_turn();
+      pass_turn();
+      barriers.k.release(i);
+      if (s > 0) barriers.v.release(i - 1);
+    }
+    if (steps > 0) {  // the last P V's turn
+      barriers.v.wait(i - 1);
+      take_turn();
+      pass_turn();
+      barriers.v.release(i - 1);
+    }
+  };
   for (int q_use = 0;; ++q_use) {  // uses of Q's buffers, one per tile
     barriers.q.wait(q_use);
     const int t = warp_uniform(barriers.q_tile[barriers.q.stage(q_use)]);
@@ -267,6 +292,14 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     const NBlockRange range = fwd_n_block_range(tile.m_block, kBlockM, kBlockN, binfo.seqlen_q, binfo.seqlen_k, window);
     const int rows_left = binfo.seqlen_q - tile.m_block * kBlockM;
     const index_t m_start = index_t(tile.m_block) * kBlockM;
+    // The bottom tile of a sequence whose length is not a multiple of kBlockM (varlen's, and every
+    // power of two on 192-row tiles) can leave a consumer no row of its own: it skips the tile's MMAs,
+    // softmax and epilogue, and the SM's issue slots and tensor cores go to the consumers with rows.
+    if (rows_left <= consumer * (kBlockM / Traits::kConsumers)) {
+      idle_turns(range.n_block_max - range.n_block_min);
+      barriers.q.release(q_use);
+      continue;
+    }
     Softmax<2 * decltype(size<1>(tOrO))::value, Traits::kLazyRescale, !Is_softcap> softmax;
     const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
     const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
@@ -283,6 +316,18 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     };
     [[maybe_unused]] const auto fixed_offsets = softmax.fixed_offsets(params.softmax_scale_log2, row_bias);
     clear(tOrO);
+    // The key blocks this consumer's own rows see, within the tile's (a causal diagonal or a window
+    // edge can leave it none of a tile's top or bottom blocks); its steps on the others only keep the
+    // turns and the rings' counts. In the top-down walk its own blocks follow each other, the first
+    // of them masked (its rows' diagonal or right edge lies in it) unless it is the tile's first, so
+    // an unmasked step is always its own and always follows one. The walk from ALiBi's peak takes
+    // the tile's blocks. pending_pv: the last step's P awaits its P V (no skip has flushed it).
+    const NBlockRange own =
+        fwd_ws_peak_first<Traits, Is_causal>(params)
+            ? range
+            : fwd_n_block_range(tile.m_block * Traits::kConsumers + consumer, kBlockM / Traits::kConsumers, kBlockN,
+                                binfo.seqlen_q, binfo.seqlen_k, window);
+    bool pending_pv = false;
 
     // One key block: in a turn, O += P V of the previous block and S = Q K^T of this one; then
     // mask and online softmax into P. With kOverlapPV, Q K^T is issued first and the softmax's
@@ -298,18 +343,39 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       constexpr bool kBiasFirst = !kSoftcap && decltype(with_alibi)::value;
       constexpr StepOffset kOffset = decltype(offset)::value;
       constexpr bool kOverlap = Traits::kOverlapPV;
+      constexpr bool kMasked = decltype(is_masked)::value;
+      auto issue_pv = [&] { wgmma_issue<false>(tiled_mma_o, tOrP, tOrVt(_, _, _, barriers.v.stage(i - 1)), tOrO); };
+      if constexpr (kMasked) {
+        if (n_block < own.n_block_min || n_block >= own.n_block_max) {  // not this consumer's block
+          barriers.k.wait(i);
+          if (!is_first) barriers.v.wait(i - 1);
+          take_turn();
+          if (pending_pv) {
+            issue_pv();
+          } else {
+            warpgroup_commit_batch();  // empty: the wait below counts alike on both paths (see the step's)
+          }
+          pass_turn();
+          barriers.k.release(i);
+          warpgroup_mma_done(tOrO, tOrP);
+          if (!is_first) barriers.v.release(i - 1);
+          pending_pv = false;
+          ++i;
+          return kOffset == StepOffset::kFixed;
+        }
+      }
+      const bool pending = !kMasked || pending_pv;  // else this consumer's first block of the tile
       Tensor tSrS = partition_fragment_C(tiled_mma_s, tile_mn);  // (MMA, MMA_M, MMA_N)
       if constexpr (kBiasFirst) {
         fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
       }
-      auto issue_pv = [&] { wgmma_issue<false>(tiled_mma_o, tOrP, tOrVt(_, _, _, barriers.v.stage(i - 1)), tOrO); };
       barriers.k.wait(i);
       if (!is_first) barriers.v.wait(i - 1);
       take_turn();
-      if (!kOverlap && !is_first) issue_pv();
+      if (!kOverlap && pending) issue_pv();
       wgmma_issue<!kBiasFirst>(tiled_mma_s, tSrQ_tile, tSrK(_, _, _, barriers.k.stage(i)), tSrS);
       if constexpr (kOverlap) {
-        if (!is_first) {
+        if (pending) {
           issue_pv();
         } else {
           warpgroup_commit_batch();  // an empty batch: every step's waits count alike (else ptxas serializes the MMAs)
@@ -330,7 +396,6 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
           tSrS, tScS, int(m_start), n_block * kBlockN, mask, params.softcap, alibi_slope);
       Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
       constexpr int kFmaExp2Every = Traits::fma_exp2_every(kSoftcap);
-      constexpr bool kMasked = decltype(is_masked)::value;
       const float scale_log2 = params.softmax_scale_log2;
       // O's rescale, once its P V is done (with kOverlap it ran during the exponentials).
       auto rescale_o_after_pv = [&](auto const& rescale) __attribute__((always_inline)) {
@@ -343,16 +408,16 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       bool fixed_offset = kOffset == StepOffset::kFixed;
       if constexpr (kOffset == StepOffset::kChecked) {
         static_assert(kMasked);
-        auto rescale = softmax.template step_offsets<true>(is_first, tSrS_rc, scale_log2);
+        auto rescale = softmax.template step_offsets<true>(!pending, tSrS_rc, scale_log2);
         fixed_offset = named_barrier_all(kCheckBarrier + consumer, 128, softmax.offsets_reach(fixed_offsets, scale_log2));
         if (fixed_offset) softmax.move_to_fixed(fixed_offsets, scale_log2, rescale);
         softmax.template exponentiate<true, kFmaExp2Every>(tSrS_rc, scale_log2);
         rescale_o_after_pv(rescale);
       } else if constexpr (kOverlap) {
         rescale_o_after_pv(softmax.template step_exp<kMasked, kFmaExp2Every, kOffset == StepOffset::kFixed>(
-            is_first, tSrS_rc, scale_log2));
+            !pending, tSrS_rc, scale_log2));
       } else {
-        softmax.template rescale_o<kMasked, kFmaExp2Every, kOffset == StepOffset::kFixed>(is_first, tSrS_rc, tOrO_rc,
+        softmax.template rescale_o<kMasked, kFmaExp2Every, kOffset == StepOffset::kFixed>(!pending, tSrS_rc, tOrO_rc,
                                                                                          scale_log2);
       }
       Tensor rP = convert_type<Element>(tSrS);  // (MMA, MMA_M, MMA_N)
@@ -362,6 +427,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       }
 #pragma unroll
       for (int j = 0; j < size(rP); ++j) tOrP(j) = rP(j);
+      pending_pv = true;
       ++i;
       return fixed_offset;
     };
@@ -372,14 +438,18 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       const KeyBlockWalk walk = fwd_ws_walk<Traits, Is_causal>(params, range, tile.m_block, binfo);
       // A checked kernel's tile: its rows span this many key blocks, in which each finds its first key.
       constexpr int kCheckSteps = ceil_div(kBlockM, kBlockN) + 1;
-      fwd_walk_sm90<Has_mods, Is_softcap, Element, kLoops, kCheckSteps>(range, walk, alibi_loop, fwd_step);
+      fwd_walk_sm90<Has_mods, Is_softcap, Element, kLoops, kCheckSteps>(own, walk, alibi_loop, fwd_step);
       // The tile's Q K^T are done. With O in shared memory of its own, the producer may now load
       // a later tile's Q into the buffer.
       if constexpr (Traits::kSeparateO) barriers.q.release(q_use);
-      // The last turn: P V of the bottom key block.
+      // The last turn: P V of the bottom key block, unless it was not this consumer's.
       barriers.v.wait(i - 1);
       take_turn();
-      wgmma_issue<false>(tiled_mma_o, tOrP, tOrVt(_, _, _, barriers.v.stage(i - 1)), tOrO);
+      if (pending_pv) {
+        wgmma_issue<false>(tiled_mma_o, tOrP, tOrVt(_, _, _, barriers.v.stage(i - 1)), tOrO);
+      } else {
+        warpgroup_commit_batch();
+      }
       pass_turn();
       warpgroup_mma_done(tOrO, tOrP);
       barriers.v.release(i - 1);

@@ -180,11 +180,13 @@ constexpr bool fwd_sm90_ws_pays(int kernel_head_dim, int seqlen_q, int seqlen_k,
 constexpr bool fwd_sm90_ws_has_three_consumers(int kernel_head_dim, Variant variant) {
   return kernel_head_dim == 64 && variant != Variant::kDropout;
 }
+// Since the consumers skip the key blocks their rows do not see and the tiles past a sequence's end
+// (fwd_kernel_sm90_ws.h), the taller tiles do no more consumer steps than the 128-row ones on any
+// shape, and the window-edge condition (sequences of 2048 rows or more) is gone.
 constexpr bool fwd_sm90_ws_three_consumers_pay(int kernel_head_dim, Variant variant, int seqlen_q, int seqlen_k,
                                                int left, int right) {
-  const bool full_rows = left < 0 && right < 0;
   return fwd_sm90_ws_has_three_consumers(kernel_head_dim, variant) &&
-         fwd_mean_keys_per_row(seqlen_q, seqlen_k, left, right) >= 512 && (full_rows || seqlen_q >= 2048);
+         fwd_mean_keys_per_row(seqlen_q, seqlen_k, left, right) >= 512;
 }
 // The score-mod and dropout forwards at head dim 256 exist warp-specialized only: the three-CTA
 // kernel spilled there (156 and 1040 spill instructions at 255 registers). Where rows see too few

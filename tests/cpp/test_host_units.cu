@@ -149,11 +149,12 @@ void test_tile_table() {
             fwd_sm90_ws_three_consumers_pay(64, kPlain, 16384, 16384, -1, 0) &&
             fwd_sm90_ws_three_consumers_pay(64, kPlain, 2048, 2048, -1, 0) &&
             fwd_sm90_ws_three_consumers_pay(64, kPlain, 16384, 16384, 1024, 0) &&
-            fwd_sm90_ws_three_consumers_pay(64, kMods, 16384, 16384, 512, 512),
-        "three consumers from 512 keys a row, with a window edge in sequences of 2048 rows or more");
+            fwd_sm90_ws_three_consumers_pay(64, kMods, 16384, 16384, 512, 512) &&
+            fwd_sm90_ws_three_consumers_pay(64, kPlain, 1024, 1024, -1, 0) &&
+            fwd_sm90_ws_three_consumers_pay(64, kMods, 1024, 4096, 600, 600),
+        "three consumers from 512 keys a row");
   CHECK(!fwd_sm90_ws_three_consumers_pay(64, kPlain, 256, 256, -1, -1) &&
-            !fwd_sm90_ws_three_consumers_pay(64, kPlain, 1024, 1024, -1, 0) &&
-            !fwd_sm90_ws_three_consumers_pay(64, kMods, 1024, 4096, 600, 600) &&
+            !fwd_sm90_ws_three_consumers_pay(64, kPlain, 512, 512, -1, 0) &&
             !fwd_sm90_ws_three_consumers_pay(64, kPlain, 16384, 16384, 256, 0) &&
             !fwd_sm90_ws_three_consumers_pay(64, Variant::kDropout, 16384, 16384, -1, -1) &&
             !fwd_sm90_ws_three_consumers_pay(128, kPlain, 16384, 16384, -1, -1),
@@ -1491,6 +1492,61 @@ void test_key_block_walk() {
   CHECK_EQ(bad, 0L, "KeyBlockWalk visits the range from its start up, then down");
 }
 
+// The warp-specialized forward's consumers (fwd_kernel_sm90_ws.h) on the tile's top-down walk: each
+// takes the steps of its own 64 rows' blocks (fwd_n_block_range of those rows) and skips the others,
+// deciding masked or not as fwd_walk does with its own range (the tile's first step, or a block
+// its range masks). The kernel relies on: its own blocks lie within the tile's, the walk meets each
+// once, one after another; a step it runs unmasked is its own and follows one of its own (its P
+// awaits that P V); and once it skipped a block after its own ones, none of its own follow.
+void test_consumer_walk() {
+  long n_cases = 0, bad = 0;
+  for (const auto& [block_m, block_n] : std::vector<std::pair<int, int>>{{128, 128}, {192, 128}, {192, 64}}) {
+    const int consumers = block_m / 64;
+    const std::vector<int> values = seqlen_values(block_m, block_n);
+    for (Window w : kWindows) {
+      for (int sq : values) {
+        for (int sk : values) {
+          for (int m_block = 0; m_block * block_m < sq; ++m_block) {
+            const NBlockRange tile = fwd_n_block_range(m_block, block_m, block_n, sq, sk, w);
+            const KeyBlockWalk walk = fwd_key_block_walk(tile);
+            for (int c = 0; c < consumers && m_block * block_m + 64 * c < sq; ++c, ++n_cases) {
+              const NBlockRange own = fwd_n_block_range(m_block * consumers + c, 64, block_n, sq, sk, w);
+              const bool has_own = own.n_block_max > own.n_block_min;
+              bool ok = !has_own || (own.n_block_min >= tile.n_block_min && own.n_block_max <= tile.n_block_max);
+              bool pending = false, done = false;
+              int own_steps = 0;
+              for (int s = 0; s < walk.steps() && ok; ++s) {
+                const int n = walk.n_block(s);
+                const bool is_own = n >= own.n_block_min && n < own.n_block_max;
+                if (s == 0 || own.is_masked(n)) {
+                  if (!is_own) {
+                    done = done || pending;
+                    pending = false;
+                    continue;
+                  }
+                } else {
+                  ok = is_own && pending;
+                }
+                ok = ok && !done;
+                pending = true;
+                ++own_steps;
+              }
+              ok = ok && own_steps == (has_own ? own.n_block_max - own.n_block_min : 0);
+              if (!ok) {
+                ++bad;
+                CHECK(false, fmt("consumer %d of tile %d (block_m %d, block_n %d, seqlen_q %d, seqlen_k %d, ", c,
+                                 m_block, block_m, block_n, sq, sk) + window_str(w) + "): its steps break the walk's rule");
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("  consumer_walk: %ld (tile, consumer) cases, %ld failing\n", n_cases, bad);
+  if (bad == 0) ++g_passed;
+}
+
 // FwdMask::alibi_max_bias (mask.h) against the largest bias over the keys key_visible admits, for
 // rows before, inside and past the keys, every kind of window, slopes of both signs and 0.
 void test_alibi_max_bias() {
@@ -1622,6 +1678,7 @@ const Case kCases[] = {
     {"alibi_max_bias", test_alibi_max_bias},
     {"n_block_range", test_n_block_range},
     {"key_block_walk", test_key_block_walk},
+    {"consumer_walk", test_consumer_walk},
     {"m_block_range", test_m_block_range},
     {"bwd_tile_table", test_bwd_tile_table},
     {"dq_accum_offset", test_dq_accum_offset},
