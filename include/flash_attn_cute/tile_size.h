@@ -174,12 +174,11 @@ constexpr bool fwd_sm90_ws_pays(int kernel_head_dim, int seqlen_q, int seqlen_k,
 // 128 125 against 108; causal 16k 2433 against 2746 (cuDNN 2492), 4k 703 against 758, 2k 394
 // against 427, 1k 277 against 263; at 16k ALiBi 2581 against 3067 causal and 4774 against 6269
 // non-causal, windows (1024, 0) 418 against 458 and (512, 512) 424 against 478; varlen (cp.async
-// loads) 8-13 % faster. The dropout kernel keeps two (with three its Philox words spilled 244-360
-// bytes). At head dim 96 (192 x 64 tiles) three were 3 % faster at 16k non-causal and 1-7 % slower
-// at 1k-2k: it keeps two.
-constexpr bool fwd_sm90_ws_has_three_consumers(int kernel_head_dim, Variant variant) {
-  return kernel_head_dim == 64 && variant != Variant::kDropout;
-}
+// loads) 8-13 % faster. The dropout kernel has three too, drawing its Philox words where it uses
+// them (fwd_kernel_sm90_ws.h): held across the MMA wait, they spilled 232-360 bytes, in the key loop
+// (sessions 42, 44). At head dim 96 (192 x 64 tiles) three were 3 % faster at 16k non-causal and
+// 1-7 % slower at 1k-2k: it keeps two.
+constexpr bool fwd_sm90_ws_has_three_consumers(int kernel_head_dim, Variant) { return kernel_head_dim == 64; }
 constexpr bool fwd_sm90_ws_three_consumers_pay(int kernel_head_dim, Variant variant, int seqlen_q, int seqlen_k,
                                                int left, int right) {
   const bool full_rows = left < 0 && right < 0;
