@@ -292,7 +292,7 @@ def test_three_cta_dropout_matches_reference(head_dim, causal, monkeypatch):
 
 @pytest.mark.parametrize("consumers", [2, 3])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_warp_specialized_dropout_matches_reference(causal, consumers, monkeypatch):
+def test_warp_specialized_dropout_with_two_and_three_consumers(causal, consumers, monkeypatch):
     """Dropout on the warp-specialized kernel at head dim 64 with two and with three consumer
     warpgroups (the three draw their Philox words where they use them, fwd_kernel_sm90_ws.h); ragged
     row and key counts, GQA. The reference applies the mask the kernel returns."""
