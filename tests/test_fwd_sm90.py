@@ -287,6 +287,24 @@ def test_three_cta_dropout_matches_reference(head_dim, causal, monkeypatch):
     _check(q, k, v, causal, out, lse, dropout_p=0.17, dropout_mask=~probs.signbit())
 
 
+@pytest.mark.parametrize("consumers", [2, 3])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_warp_specialized_dropout_with_two_and_three_consumers(causal, consumers, monkeypatch):
+    """Dropout on the warp-specialized kernel at head dim 64 with two and with three consumer
+    warpgroups (the three draw their Philox words where they use them, fwd_kernel_sm90_ws.h); ragged
+    row and key counts, GQA. The reference applies the mask the kernel returns."""
+    _require_built(torch.bfloat16, 64, causal, "dropout")
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS_CONSUMERS", str(consumers))
+    torch.manual_seed(5)
+    q = _randn(2, 1100, 8, 64, dtype=torch.bfloat16)
+    k, v = (_randn(2, 1237, 2, 64, dtype=torch.bfloat16) for _ in range(2))
+    call = lambda: fac.flash_attn_func(q, k, v, dropout_p=0.17, causal=causal, return_attn_probs=True)  # noqa: E731
+    assert _ws_consumers(call) == consumers
+    out, lse, probs = call()
+    _check(q, k, v, causal, out, lse, dropout_p=0.17, dropout_mask=~probs.signbit())
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_head_dim_256_score_mods_and_dropout_take_the_warp_specialized_kernel(causal):
     """At head dim 256 the softcap, ALiBi, window and dropout calls on full rows (not causal, no

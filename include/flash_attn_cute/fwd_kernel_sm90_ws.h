@@ -382,9 +382,11 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
         }
       }
       pass_turn();
-      // Dropout's words depend on the coordinates alone: drawn while this turn's MMAs run.
-      [[maybe_unused]] const auto dropout_words =
-          draw_dropout_words_before_wait<Is_dropout>(dropout_rng, tScS_blocks, bh, int(m_start), n_block * kBlockN);
+      // Dropout's words depend on the coordinates alone: with two consumers drawn while this turn's
+      // MMAs run, with three where they are used (held across the wait, they spilled in the key loop).
+      constexpr bool kEarlyWords = Is_dropout && Traits::kConsumers == 2;
+      [[maybe_unused]] const auto early_words =
+          draw_dropout_words_before_wait<kEarlyWords>(dropout_rng, tScS_blocks, bh, int(m_start), n_block * kBlockN);
       if constexpr (kOverlap) {
         warpgroup_mma_done<1>(tSrS);  // Q K^T; P V may still run
       } else {
@@ -423,7 +425,11 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       Tensor rP = convert_type<Element>(tSrS);  // (MMA, MMA_M, MMA_N)
       if constexpr (Is_dropout) {
         Tensor rP_blocks = make_tensor(rP.data(), acc_layout_mma_blocks(rP.layout()));  // ((2, 2), MMA_M, N / 8)
-        zero_dropped(rP_blocks, dropout_words, dropout_rng.threshold);
+        if constexpr (kEarlyWords) {
+          zero_dropped(rP_blocks, early_words, dropout_rng.threshold);
+        } else {
+          zero_dropped(rP_blocks, dropout_rng, tScS_blocks, bh, int(m_start), n_block * kBlockN);
+        }
       }
 #pragma unroll
       for (int j = 0; j < size(rP); ++j) tOrP(j) = rP(j);
