@@ -62,9 +62,11 @@ __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_g
 // 64, 16k tokens, plain): 128 rows 406-409 TFLOP/s non-causal and 365-369 causal, against 375 and
 // 348-350 with 64 (likely, not profiled: the S^T and dP^T MMAs' N of 128 reads fewer shared-memory
 // bytes per FLOP; 4-44 bytes of spills). The score-mod kernel's four copies of its score loop took
-// a 928-byte stack frame with 128 rows (session 43: forward + backward 6.6 times the plain one's).
-constexpr int bwd_sm90_block_m(int head_dim, Variant variant) {
-  return head_dim <= 64 && variant != Variant::kScoreMods ? 128 : 64;
+// a 928-byte stack frame with 128 rows (session 43: forward + backward 6.6 times the plain one's);
+// split by softcap (Is_softcap), its kernel without softcap takes 128 (two copies of the score loop:
+// a 72-byte frame, 84 bytes of spill stores), the softcap one 64 (112 and 148 at 128; session 44).
+constexpr int bwd_sm90_block_m(int head_dim, Variant variant, bool softcap = false) {
+  return head_dim <= 64 && (variant != Variant::kScoreMods || !softcap) ? 128 : 64;
 }
 
 template <int kHeadDim_, typename Element_, int kBlockM_ = bwd_sm90_block_m(kHeadDim_, Variant::kPlain)>
@@ -151,7 +153,8 @@ struct BwdKernelTraitsSm90 {
   static_assert(dq_accum_row_floats(kHeadDim) == kHeadDim, "a tile's rows are contiguous");
 };
 
-template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant>
+// Is_softcap: the score-mod variant's calls with softcap, a kernel of their own (bwd_sm90_block_m).
+template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, bool Is_softcap>
 __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char* smem, int n_block, int bidb,
                                                    int bidh_kv) {
   constexpr bool Is_dropout = kVariant == Variant::kDropout;
@@ -280,7 +283,6 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   };
 
   const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
-  [[maybe_unused]] const bool has_softcap = Has_mods && params.softcap > 0.f;
   [[maybe_unused]] const bool has_alibi = Has_mods && params.alibi_slopes != nullptr;
   [[maybe_unused]] const bool alibi_causal = alibi_causal_form(window);
 
@@ -313,7 +315,8 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     float const* lse = sLseD + slot * 2 * kBlockM;
     float const* dsum = lse + kBlockM;
     // P and dS from S and dP, with the call's score mods (with_softcap, with_alibi: compile-time, one
-    // copy of the loop per case; checked per score, ptxas predicates them and every score issues both).
+    // copy of the loop per case; checked per score, ptxas predicates them and every score issues both;
+    // softcap is the kernel's, Is_softcap).
     auto scores = [&](auto with_softcap, auto with_alibi) __attribute__((always_inline)) {
 #pragma unroll
       for (int i = 0; i < size(tSrS); ++i) {
@@ -335,16 +338,11 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
         tdPrdP(i) = p * (tdPrdP(i) - dsum[row]) * dcap;
       }
     };
-    using Yes = cute::true_type;
-    using No = cute::false_type;
-    if (has_softcap && has_alibi) {  // both false (compile-time) without Has_mods
-      scores(Yes{}, Yes{});
-    } else if (has_softcap) {
-      scores(Yes{}, No{});
-    } else if (has_alibi) {
-      scores(No{}, Yes{});
+    using Softcap = cute::bool_constant<Is_softcap>;
+    if (has_alibi) {  // false (compile-time) without Has_mods
+      scores(Softcap{}, cute::true_type{});
     } else {
-      scores(No{}, No{});
+      scores(Softcap{}, cute::false_type{});
     }
     // P^T and dS^T as the A operands of dV += P^T dO and dK += dS^T Q.
     Tensor rP = convert_type<Element>(tSrS);
@@ -484,13 +482,14 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   if (tidx == 0) bulk_wait();  // the CTA's shared memory lives until its last reduction is done
 }
 
-template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant>
+template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, bool Is_softcap>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_sm90_kernel(__grid_constant__ const BwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) char smem[];
   const FwdWsTile tile =
       bwd_cta_tile<Traits::kHeadDim, Traits::kBlockN, typename Traits::Element, Is_causal>(params, blockIdx.x);
-  bwd_sm90_col_block<Traits, Is_causal, Is_even_K, kVariant>(params, smem, tile.m_block, tile.bidb, tile.bidh);
+  bwd_sm90_col_block<Traits, Is_causal, Is_even_K, kVariant, Is_softcap>(params, smem, tile.m_block, tile.bidb,
+                                                                         tile.bidh);
 #else
   __trap();
 #endif
@@ -498,14 +497,23 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_sm90_kernel(__
 
 // The launches (launch_bwd_passes, bwd_epilogue.h). Not deterministic; a 1-D grid of key blocks x
 // batch x KV heads (bwd_cta_tile).
-template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
-cudaError_t run_bwd_sm90(BwdParams const& params, cudaStream_t stream) {
-  using Traits = BwdKernelTraitsSm90<kHeadDim, typename ElementOf<kDType>::type, bwd_sm90_block_m(kHeadDim, kVariant)>;
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant, bool kSoftcap>
+cudaError_t launch_bwd_sm90(BwdParams const& params, cudaStream_t stream) {
+  using Traits =
+      BwdKernelTraitsSm90<kHeadDim, typename ElementOf<kDType>::type, bwd_sm90_block_m(kHeadDim, kVariant, kSoftcap)>;
   constexpr int kSmemBytes = kVariant == Variant::kDropout ? Traits::kSmemBytesDropout : Traits::kSmemBytes;
   const int64_t ctas = int64_t(ceil_div(params.seqlen_k, Traits::kBlockN)) * params.batch * params.heads_k;
   if (ctas > INT32_MAX) return cudaErrorInvalidConfiguration;
-  return launch_bwd_passes<Traits>(flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant>, dim3(unsigned(ctas)),
-                                   kSmemBytes, params, stream);
+  return launch_bwd_passes<Traits>(flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kSoftcap>,
+                                   dim3(unsigned(ctas)), kSmemBytes, params, stream);
+}
+
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
+cudaError_t run_bwd_sm90(BwdParams const& params, cudaStream_t stream) {
+  if constexpr (kVariant == Variant::kScoreMods) {
+    if (params.softcap > 0.f) return launch_bwd_sm90<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant, true>(params, stream);
+  }
+  return launch_bwd_sm90<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant, false>(params, stream);
 }
 
 }  // namespace flash_attn_cute
