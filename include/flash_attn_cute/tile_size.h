@@ -160,25 +160,25 @@ constexpr bool fwd_sm90_ws_pays(int kernel_head_dim, int seqlen_q, int seqlen_k,
   }
   return fwd_mean_keys_per_row(seqlen_q, seqlen_k, left, right) >= fwd_sm90_ws_min_mean_keys(kernel_head_dim, tma);
 }
-// At head dim 64 the plain and score-mod warp-specialized kernels of one loop per tile (ALiBi,
-// windows, fp16 softcap; bf16 softcap runs its own kernels, three consumers already) come in two
-// tiles: 128 rows for two consumer warpgroups and 192 for three. There a 128-key step's
+// At head dim 64 the plain, score-mod and dropout warp-specialized kernels of one loop per tile
+// (ALiBi, windows, fp16 softcap; bf16 softcap runs its own kernels, three consumers already) come
+// in two tiles: 128 rows for two consumer warpgroups and 192 for three. There a 128-key step's
 // exponentials keep the MUFU unit as busy as its MMAs keep the tensor cores, so two consumers, each
 // running its softmax while the other's MMAs run, leave the tensor cores idle whenever a softmax
 // runs late; a third keeps one more softmax in flight (as in softcap's fixed-offset kernels). The
 // taller tiles leave more rows of a sequence's last tile empty, and with a window edge (causal,
-// local) that last tile holds the rows that see the most keys: in session 42 they paid from 512 keys
-// a row, with a window edge only in sequences of 2048 rows or more. Measured on H200 (session 42, bf16, 16k tokens a
-// call, us, three consumers against two): non-causal 16k 4782 against 5296 (cuDNN 4815), 4k 1264
-// against 1343, 2k 654 against 703, 1k 381 against 384, 512 220 against 226, 256 181 against 143,
-// 128 125 against 108; causal 16k 2433 against 2746 (cuDNN 2492), 4k 703 against 758, 2k 394
-// against 427, 1k 277 against 263; at 16k ALiBi 2581 against 3067 causal and 4774 against 6269
-// non-causal, windows (1024, 0) 418 against 458 and (512, 512) 424 against 478; varlen (cp.async
-// loads) 8-13 % faster. The dropout kernel has three too, drawing its Philox words where it uses
-// them (fwd_kernel_sm90_ws.h): held across the MMA wait, they spilled 232-360 bytes in the key loop
-// (sessions 42, 44); drawn late, three consumers took the 16k dropout forward from 3.38 to 3.03 ms
-// causal and 6.91 to 5.84 non-causal (session 46). At head dim 96 (192 x 64 tiles) three were 3 %
-// faster at 16k non-causal and 1-7 % slower at 1k-2k: it keeps two.
+// local) that last tile holds the rows that see the most keys: in session 42 they paid from 512
+// keys a row, with a window edge only in sequences of 2048 rows or more. Measured on H200 (session
+// 42, bf16, 16k tokens a call, us, three consumers against two): non-causal 16k 4782 against 5296
+// (cuDNN 4815), 4k 1264 against 1343, 2k 654 against 703, 1k 381 against 384, 512 220 against 226,
+// 256 181 against 143, 128 125 against 108; causal 16k 2433 against 2746 (cuDNN 2492), 4k 703
+// against 758, 2k 394 against 427, 1k 277 against 263; at 16k ALiBi 2581 against 3067 causal and
+// 4774 against 6269 non-causal, windows (1024, 0) 418 against 458 and (512, 512) 424 against 478;
+// varlen (cp.async loads) 8-13 % faster. The dropout kernel has three too, drawing its Philox words
+// where it uses them (fwd_kernel_sm90_ws.h): held across the MMA wait, they spilled 232-360 bytes
+// in the key loop (sessions 42, 44); drawn late, three consumers took the 16k dropout forward from
+// 3.38 to 3.03 ms causal and 6.91 to 5.84 non-causal (session 46). At head dim 96 (192 x 64 tiles)
+// three were 3 % faster at 16k non-causal and 1-7 % slower at 1k-2k: it keeps two.
 constexpr bool fwd_sm90_ws_has_three_consumers(int kernel_head_dim, Variant) { return kernel_head_dim == 64; }
 // Since the consumers skip the key blocks their rows do not see and the tiles past a sequence's end
 // (fwd_kernel_sm90_ws.h), the taller tiles do no more consumer steps than the 128-row ones on any
