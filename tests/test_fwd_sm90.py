@@ -225,10 +225,9 @@ def test_kernel_choice_by_row_length(causal, monkeypatch):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_three_consumers_by_row_length(causal, monkeypatch):
-    """The plain and score-mod warp-specialized kernels at head dim 64 take three consumer
+    """The plain, score-mod and dropout warp-specialized kernels at head dim 64 take three consumer
     warpgroups (192-row tiles) where rows see 512 keys or more, two elsewhere (tile_size.h's
-    fwd_sm90_ws_three_consumers_pay);
-    FLASH_ATTN_CUTE_SM90_WS_CONSUMERS overrides the choice."""
+    fwd_sm90_ws_three_consumers_pay); FLASH_ATTN_CUTE_SM90_WS_CONSUMERS overrides the choice."""
     _require_built(torch.bfloat16, 64, causal)
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
     run = lambda batch, seqlen, **kw: lambda: fac.flash_attn_func(  # noqa: E731
@@ -243,6 +242,9 @@ def test_three_consumers_by_row_length(causal, monkeypatch):
         assert _ws_consumers(run(16, 256, **alibi)) == 2
         assert _ws_consumers(run(1, 4096, window_size=(1024, 1024))) == 3
         assert _ws_consumers(run(1, 4096, window_size=(256, 0))) == 2, "257 keys a row"
+    if ("bf16", 64, causal, "dropout") in BUILT_FWD_SM90_KERNELS:
+        assert _ws_consumers(run(1, 4096, dropout_p=0.1)) == 3
+        assert _ws_consumers(run(16, 256, dropout_p=0.1)) == 2
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS_CONSUMERS", "3")
     assert _ws_consumers(run(2, 1024)) == 3
     monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS_CONSUMERS", "2")
@@ -454,7 +456,7 @@ def test_warp_specialized_consumers_without_rows(head_dim, causal, consumers, va
         out = torch.full_like(q, float("nan"))
         call = lambda: fac.fwd(q, k, v, out=out, causal=causal, **mods, **varlen)  # noqa: E731
         assert _takes_hopper_kernel(call, ws=True)
-        if variant != "dropout" and head_dim == 64:
+        if head_dim == 64:
             assert _ws_consumers(call) == consumers
         out.fill_(float("nan"))
         result = call()
@@ -528,7 +530,7 @@ def test_warp_specialized_consumers_skip_blocks_their_rows_do_not_see(head_dim, 
     out = torch.full_like(q, float("nan"))
     call = lambda: fac.fwd(q, k, v, out=out, causal=causal, dropout_p=p, **mods)  # noqa: E731
     assert _takes_hopper_kernel(call, ws=True)
-    if p == 0.0 and head_dim == 64 and not mods.get("softcap"):
+    if head_dim == 64 and not mods.get("softcap"):
         assert _ws_consumers(call) == consumers
     out.fill_(float("nan"))
     result = call()
