@@ -57,11 +57,10 @@ inline bool fwd_sm90_takes_ws(FwdParams const& params, int kernel_head_dim, Vari
 // kernel where it has one (tile_size.h): FLASH_ATTN_CUTE_SM90_WS_CONSUMERS (params.sm90_ws_consumers)
 // or, by default, where fwd_sm90_ws_three_consumers_pay says so.
 inline bool fwd_sm90_ws_takes_three_consumers(FwdParams const& params, int kernel_head_dim, Variant variant) {
-  if (!fwd_sm90_ws_has_three_consumers(kernel_head_dim, variant) || params.sm90_ws_consumers == 2) return false;
+  if (!fwd_sm90_ws_has_three_consumers(kernel_head_dim) || params.sm90_ws_consumers == 2) return false;
   if (params.sm90_ws_consumers == 3) return true;
   const Window window = fwd_kernel_window(params, variant);
-  return fwd_sm90_ws_three_consumers_pay(kernel_head_dim, variant, params.seqlen_q, params.seqlen_k, window.left,
-                                         window.right);
+  return fwd_sm90_ws_three_consumers_pay(kernel_head_dim, params.seqlen_q, params.seqlen_k, window.left, window.right);
 }
 
 // Runs the forward on params.dtype / params.head_dim / params.is_causal. Returns

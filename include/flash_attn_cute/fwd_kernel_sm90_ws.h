@@ -586,7 +586,7 @@ cudaError_t launch_fwd_sm90_ws_kernel(FwdParams const& params, cudaStream_t stre
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant, bool kIsSoftcap>
 cudaError_t launch_fwd_sm90_ws_per_tile(FwdParams const& params, cudaStream_t stream) {
   using Element = typename ElementOf<kDType>::type;
-  if constexpr (fwd_sm90_ws_has_three_consumers(kHeadDim, kVariant)) {
+  if constexpr (fwd_sm90_ws_has_three_consumers(kHeadDim)) {
     if (fwd_sm90_ws_takes_three_consumers(params, kHeadDim, kVariant)) {
       using Traits = FwdKernelTraitsSm90Ws<kHeadDim, Element, kVariant, Sm90Loops::kPerTile, true>;
       return launch_fwd_sm90_ws_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kIsSoftcap>(params, stream);

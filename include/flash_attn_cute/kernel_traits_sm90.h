@@ -96,7 +96,7 @@ struct FwdKernelTraitsSm90Ws {
   static constexpr bool kFixedOffset = kLoops != Sm90Loops::kPerTile;
   static_assert(kLoops == Sm90Loops::kPerTile || kFwdWsSoftcapSplit<Element, kVariant>);
   static_assert(!kThreeConsumers_ ||
-                (kLoops == Sm90Loops::kPerTile && fwd_sm90_ws_has_three_consumers(kHeadDim_, kVariant)));
+                (kLoops == Sm90Loops::kPerTile && fwd_sm90_ws_has_three_consumers(kHeadDim_)));
   static constexpr FwdTileShape kTile = fwd_sm90_ws_tile_shape(kHeadDim_, kFixedOffset || kThreeConsumers_);
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kTile.block_m;

@@ -179,14 +179,13 @@ constexpr bool fwd_sm90_ws_pays(int kernel_head_dim, int seqlen_q, int seqlen_k,
 // in the key loop (sessions 42, 44); drawn late, three consumers took the 16k dropout forward from
 // 3.38 to 3.03 ms causal and 6.91 to 5.84 non-causal (session 46). At head dim 96 (192 x 64 tiles)
 // three were 3 % faster at 16k non-causal and 1-7 % slower at 1k-2k: it keeps two.
-constexpr bool fwd_sm90_ws_has_three_consumers(int kernel_head_dim, Variant) { return kernel_head_dim == 64; }
+constexpr bool fwd_sm90_ws_has_three_consumers(int kernel_head_dim) { return kernel_head_dim == 64; }
 // Since the consumers skip the key blocks their rows do not see and the tiles past a sequence's end
 // (fwd_kernel_sm90_ws.h), the taller tiles do no more consumer steps than the 128-row ones on any
 // shape, and the window-edge condition (sequences of 2048 rows or more) is gone: causal 1k went
 // from 253 to 231 us with three (session 46), the other rows within 1 % of two.
-constexpr bool fwd_sm90_ws_three_consumers_pay(int kernel_head_dim, Variant variant, int seqlen_q, int seqlen_k,
-                                               int left, int right) {
-  return fwd_sm90_ws_has_three_consumers(kernel_head_dim, variant) &&
+constexpr bool fwd_sm90_ws_three_consumers_pay(int kernel_head_dim, int seqlen_q, int seqlen_k, int left, int right) {
+  return fwd_sm90_ws_has_three_consumers(kernel_head_dim) &&
          fwd_mean_keys_per_row(seqlen_q, seqlen_k, left, right) >= 512;
 }
 // The score-mod and dropout forwards at head dim 256 exist warp-specialized only: the three-CTA

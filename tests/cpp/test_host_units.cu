@@ -138,26 +138,22 @@ void test_tile_table() {
             fwd_sm90_ws_tile_shape(64, true).block_m == 192 && fwd_sm90_ws_tile_shape(128).block_m == 128 &&
             fwd_sm90_ws_tile_shape(192, true).block_m == 128,
         "softcap's fixed offset: three consumer warpgroups at head dims 64 to 128, two above");
-  CHECK(fwd_sm90_ws_has_three_consumers(64, Variant::kPlain) && fwd_sm90_ws_has_three_consumers(64, Variant::kScoreMods) &&
-            fwd_sm90_ws_has_three_consumers(64, Variant::kDropout) &&
-            !fwd_sm90_ws_has_three_consumers(96, Variant::kPlain) && !fwd_sm90_ws_has_three_consumers(128, Variant::kPlain),
+  CHECK(fwd_sm90_ws_has_three_consumers(64) && !fwd_sm90_ws_has_three_consumers(96) && !fwd_sm90_ws_has_three_consumers(128),
         "the kernels come with three consumers at head dim 64");
-  constexpr Variant kPlain = Variant::kPlain, kMods = Variant::kScoreMods;
-  // (kernel head dim, variant, seqlen_q, seqlen_k, left, right)
-  CHECK(fwd_sm90_ws_three_consumers_pay(64, kPlain, 16384, 16384, -1, -1) &&
-            fwd_sm90_ws_three_consumers_pay(64, kMods, 512, 512, -1, -1) &&
-            fwd_sm90_ws_three_consumers_pay(64, kPlain, 16384, 16384, -1, 0) &&
-            fwd_sm90_ws_three_consumers_pay(64, kPlain, 2048, 2048, -1, 0) &&
-            fwd_sm90_ws_three_consumers_pay(64, kPlain, 16384, 16384, 1024, 0) &&
-            fwd_sm90_ws_three_consumers_pay(64, kMods, 16384, 16384, 512, 512) &&
-            fwd_sm90_ws_three_consumers_pay(64, kPlain, 1024, 1024, -1, 0) &&
-            fwd_sm90_ws_three_consumers_pay(64, kMods, 1024, 4096, 600, 600) &&
-            fwd_sm90_ws_three_consumers_pay(64, Variant::kDropout, 16384, 16384, -1, -1),
+  // (kernel head dim, seqlen_q, seqlen_k, left, right)
+  CHECK(fwd_sm90_ws_three_consumers_pay(64, 16384, 16384, -1, -1) &&
+            fwd_sm90_ws_three_consumers_pay(64, 512, 512, -1, -1) &&
+            fwd_sm90_ws_three_consumers_pay(64, 16384, 16384, -1, 0) &&
+            fwd_sm90_ws_three_consumers_pay(64, 2048, 2048, -1, 0) &&
+            fwd_sm90_ws_three_consumers_pay(64, 16384, 16384, 1024, 0) &&
+            fwd_sm90_ws_three_consumers_pay(64, 16384, 16384, 512, 512) &&
+            fwd_sm90_ws_three_consumers_pay(64, 1024, 1024, -1, 0) &&
+            fwd_sm90_ws_three_consumers_pay(64, 1024, 4096, 600, 600),
         "three consumers from 512 keys a row");
-  CHECK(!fwd_sm90_ws_three_consumers_pay(64, kPlain, 256, 256, -1, -1) &&
-            !fwd_sm90_ws_three_consumers_pay(64, kPlain, 512, 512, -1, 0) &&
-            !fwd_sm90_ws_three_consumers_pay(64, kPlain, 16384, 16384, 256, 0) &&
-            !fwd_sm90_ws_three_consumers_pay(128, kPlain, 16384, 16384, -1, -1),
+  CHECK(!fwd_sm90_ws_three_consumers_pay(64, 256, 256, -1, -1) &&
+            !fwd_sm90_ws_three_consumers_pay(64, 512, 512, -1, 0) &&
+            !fwd_sm90_ws_three_consumers_pay(64, 16384, 16384, 256, 0) &&
+            !fwd_sm90_ws_three_consumers_pay(128, 16384, 16384, -1, -1),
         "two consumers for fewer keys or rows, and at other head dims");
   CHECK(fwd_sm90_warp_specialized(64) && fwd_sm90_warp_specialized(256) && !fwd_sm90_warp_specialized(32),
         "the warp-specialized kernel's head dims");
