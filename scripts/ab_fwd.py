@@ -8,8 +8,8 @@ brackets the row's speed against the same tree's plain row of that causality (fe
   python scripts/ab_fwd.py --tree M=/tmp/M --tree A=/tmp/A --rounds 2 [--only h128] [--sdpa]
       [--env A:FLASH_ATTN_CUTE_SM90_WS_CONSUMERS=3]
 
-Rows: 16k tokens (batch x seqlen; seqlen 16k but on the 128 / 256 / 1k / 2k rows), head dim 128 with 16 heads,
-96 with 21, 64 with 32; softcap 30 (50 and 60 on their own rows: the fixed-offset softmax's bound
+Rows: 16k tokens (batch x seqlen; seqlen 16k but on the 128 / 256 / 1k / 2k rows), 2048 / head dim heads
+(head dim 64, 96, 128, 192, 256); softcap 30 (50 and 60 on their own rows: the fixed-offset softmax's bound
 lies between them; 100, the largest cap that the listing pass takes; 200, where random scores keep
 the checked kernels on the running max), ALiBi slopes rand(heads) x 0.1, dropout 0.1, windows
 (1024, 0) and (512, 512) (against full attention: how many times faster). --sdpa adds torch's
@@ -95,6 +95,13 @@ ROWS = {  # name: (head dim, causal, keyword arguments of flash_attn_func; "seql
     "h64 full 256": (64, False, {"seqlen": 256}),
     "h64 causal 256": (64, True, {"seqlen": 256}),
 }
+# Every feature at the other head dims, 16k tokens (the issue's bar holds at each of them).
+for _hdim in (96, 192, 256):
+    for _causal in (True, False):
+        for _feature, _kw in (("", {}), (" softcap", {"softcap": 30.0}), (" alibi", {"alibi": True}),
+                              (" softcap+alibi", {"softcap": 30.0, "alibi": True}), (" dropout", {"dropout_p": 0.1})):
+            ROWS.setdefault(f"h{_hdim} {'causal' if _causal else 'full'}{_feature}", (_hdim, _causal, _kw))
+    ROWS.setdefault(f"h{_hdim} full window1024", (_hdim, False, {"window_size": (1024, 0)}))
 
 
 def plain_row(name):
