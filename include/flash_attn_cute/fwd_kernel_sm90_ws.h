@@ -313,9 +313,9 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     // two. Every key a row sees there lies left of its diagonal (window.right is 0), where the
     // causal form is the symmetric one plus the row's shift (alibi_causal_shift). Before Q K^T
     // (fill_alibi, without softcap) the bias keeps the symmetric form. Measured on H200 (session 47,
-    // bf16, 16k tokens, causal softcap + ALiBi): hdim 128 2.09 -> 2.00 ms (a cap of 60 too); at hdim
-    // 64, where the exponentials and tanh keep the MUFU unit the bound, 2.92 -> 2.99: it keeps the
-    // symmetric form there.
+    // bf16, 16k tokens, causal softcap + ALiBi): hdim 128 2.09 -> 2.00 ms (a cap of 60 too). At hdim
+    // 64, whose steps' tanh and exponentials keep the MUFU unit busiest, 2.92 -> 2.99 though its
+    // ALiBi loop lost 62 of 1677 instructions a trip: it keeps the symmetric form there.
     constexpr bool kAlibiCausal = Is_softcap && Is_causal && kHeadDim > 64;
     // bf16 softcap's fixed offsets (BoundedScores): from the start (fixes_offset), or the checked
     // kernels' once the running max reaches them.
