@@ -14,7 +14,7 @@ from flash_attn_cute.reference import attention_ref
 
 from test_bwd import _check_grads, _varlen_case
 from test_dropout import _run_with_probs
-from test_fwd import DTYPES, _check, _check_varlen, _randn
+from test_fwd import DTYPES, _assert_close_rule, _assert_lse_close, _check, _check_varlen, _randn
 
 pytestmark = [pytest.mark.cuda, pytest.mark.sm90]
 
@@ -170,6 +170,33 @@ def test_hopper_score_mods_match_reference(dtype, head_dim, seqlens, window, cau
         assert _takes_hopper_kernel(call, ws)
     out, lse, _ = call()
     _check(q, k, v, causal, out, lse, **mods)
+
+
+@pytest.mark.parametrize("window", [(-1, -1), (1024, 0)], ids=["causal", "causal-window1024"])
+@pytest.mark.parametrize("head_dim", [96, 128, 256])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_causal_softcap_alibi_far_diagonals(dtype, head_dim, window, monkeypatch):
+    """The causal kernels' ALiBi form after softcap (fwd_kernel_sm90_ws.h's alibi_col_ref) on rows
+    whose diagonals lie 64k keys in, slopes up to 1: measured from column 0, the biases near a
+    diagonal (slope * col) lost ~2^-24 of their size in every exponent, the windowed LSE ~7e-3.
+    The low-precision reference takes the symmetric form (a left window past the keys), whose O is
+    the same and whose biases near the diagonal are small."""
+    _require_built(dtype, head_dim, True, "mods")
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
+    torch.manual_seed(0)
+    seqlen_q, seqlen_k, nheads = 256, 65536, 2
+    q = _randn(1, seqlen_q, nheads, head_dim, dtype=dtype, scale=3.0)
+    k = _randn(1, seqlen_k, nheads, head_dim, dtype=dtype)
+    v = _randn(1, seqlen_k, nheads, head_dim, dtype=dtype)
+    mods = dict(softcap=30.0, alibi_slopes=torch.tensor([1.0, 0.25], device="cuda"))
+    call = lambda: fac.flash_attn_func(q, k, v, causal=True, window_size=window, return_attn_probs=True, **mods)
+    assert _takes_hopper_kernel(call, ws=True)
+    out, lse, _ = call()
+    ref, lse_ref = attention_ref(q, k, v, causal=True, window_size=window, **mods)
+    symmetric = window if window[0] >= 0 else (seqlen_k, 0)
+    ref_lowp, _ = attention_ref(q, k, v, causal=True, window_size=symmetric, upcast=False, reorder_ops=True, **mods)
+    _assert_close_rule(out, ref, ref_lowp)
+    _assert_lse_close(lse, lse_ref)
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -308,21 +308,27 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     const bool fixes_offset = sm90_fixes_offset<Is_softcap, Element, kLoops>(alibi_loop);
     [[maybe_unused]] const uint32_t bh = uint32_t(bidb * params.heads + bidh);
     Tensor tSrQ_tile = tSrQ(_, _, _, barriers.q.stage(q_use));  // (MMA, MMA_M, MMA_K): this tile's buffer
-    // After softcap's tanh the causal kernels' ALiBi bias takes the causal form, slope * col: one
-    // add a score, the column's product shared by a thread's rows, against the symmetric form's
-    // two. Every key a row sees there lies left of its diagonal (window.right is 0), where the
-    // causal form is the symmetric one plus the row's shift (alibi_causal_shift). Before Q K^T
+    // After softcap's tanh the causal kernels' ALiBi bias takes the causal form, slope * (col -
+    // alibi_col_ref): one add a score, the column's product shared by a thread's rows, against the
+    // symmetric form's two. Every key a row sees there lies left of its diagonal (window.right is
+    // 0), where this form is the symmetric one plus slope * (diag(row) - alibi_col_ref), the row's
+    // shift. Measured from the tile's first diagonal, not from column 0 (flash-attn's causal form,
+    // whose biases grow with the column), a row's largest biases stay small and exact in fp32: from
+    // column 0 the exponents near the diagonal lost ~2^-24 * slope * col (1.6e-3 of O at slope 1
+    // and 16k keys in a float32 simulation, the LSE in a window 3.7e-3 at 32k). Before Q K^T
     // (fill_alibi, without softcap) the bias keeps the symmetric form. Measured on H200 (session 47,
     // bf16, 16k tokens, causal softcap + ALiBi): hdim 128 2.09 -> 2.00 ms (a cap of 60 too). At hdim
     // 64, whose steps' tanh and exponentials keep the MUFU unit busiest, 2.92 -> 2.99 though its
     // ALiBi loop lost 62 of 1677 instructions a trip: it keeps the symmetric form there.
     constexpr bool kAlibiCausal = Is_softcap && Is_causal && kHeadDim > 64;
+    const int alibi_col_ref = kAlibiCausal ? int(m_start) + binfo.seqlen_k - binfo.seqlen_q : 0;
     // bf16 softcap's fixed offsets (BoundedScores): from the start (fixes_offset), or the checked
     // kernels' once the running max reaches them.
     auto row_bias = [&](int mi) {
       if constexpr (sm90_alibi_loop_only<kLoops>) {
         const int row = int(m_start) + get<0>(tScS_rc(mi, 0));
-        const float shift = kAlibiCausal ? alibi_causal_shift(row, binfo.seqlen_q, binfo.seqlen_k) : 0.f;
+        const float shift =
+            kAlibiCausal ? alibi_causal_shift(row, binfo.seqlen_q, binfo.seqlen_k) - float(alibi_col_ref) : 0.f;
         return mask.alibi_max_bias(row, alibi_slope) + alibi_slope * shift;
       } else {
         return 0.f;
@@ -409,7 +415,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       barriers.k.release(i);
       if (!kOverlap && !is_first) barriers.v.release(i - 1);
       fwd_score_mods<kSoftcap, decltype(is_masked)::value, decltype(with_alibi)::value>(
-          tSrS, tScS, int(m_start), n_block * kBlockN, mask, params.softcap, alibi_slope, kAlibiCausal);
+          tSrS, tScS, int(m_start), n_block * kBlockN, mask, params.softcap, alibi_slope, kAlibiCausal, alibi_col_ref);
       Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
       constexpr int kFmaExp2Every = Traits::fma_exp2_every(kSoftcap);
       const float scale_log2 = params.softmax_scale_log2;
@@ -490,10 +496,18 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
     auto lse = softmax.finalize(tOrO_rc, params.softmax_scale, Is_dropout ? params.dropout.rp : 1.f);
     if constexpr (Has_mods) {
-      // The LSE in flash-attn's form: the causal one on causal rows, the symmetric one in a window.
-      if (params.alibi_slopes && alibi_causal_form(window) != kAlibiCausal) {
-        const float slope = (kAlibiCausal ? -alibi_slope : alibi_slope) * params.softmax_scale;
-        shift_alibi_lse(lse, tScS, int(m_start), binfo.seqlen_q, binfo.seqlen_k, slope);
+      // The LSE in flash-attn's form: the causal one on causal rows (measured from column 0), the
+      // symmetric one in a window.
+      if (params.alibi_slopes) {
+        const float slope = alibi_slope * params.softmax_scale;
+        if (!kAlibiCausal && alibi_causal_form(window)) {
+          shift_alibi_lse(lse, tScS, int(m_start), binfo.seqlen_q, binfo.seqlen_k, slope);
+        } else if (kAlibiCausal && alibi_causal_form(window)) {
+#pragma unroll
+          for (int mi = 0; mi < size(lse); ++mi) lse(mi) += slope * float(alibi_col_ref);
+        } else if (kAlibiCausal) {
+          shift_alibi_lse(lse, tScS, int(m_start), binfo.seqlen_q, binfo.seqlen_k, -slope, alibi_col_ref);
+        }
       }
     }
     if constexpr (Traits::kSeparateO) {

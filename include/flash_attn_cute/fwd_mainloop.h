@@ -13,16 +13,16 @@ namespace flash_attn_cute {
 
 // The score transforms that follow Q K^T in a forward step on the tile whose first row / key are
 // row0 / col0: with softcap, its tanh and then (kAlibi) the ALiBi bias (without softcap the bias was
-// S's initial value), in the causal form where alibi_causal says (then the LSE needs no shift);
-// then, in a masked step, the mask.
+// S's initial value), in the causal form from column alibi_col_ref where alibi_causal says (the
+// caller shifts the LSE); then, in a masked step, the mask.
 template <bool kSoftcap, bool kMasked, bool kAlibi, class TensorS, class TensorC>
 __device__ __forceinline__ void fwd_score_mods(TensorS& tSrS, TensorC const& tScS, int row0, int col0,
                                                FwdMask const& mask, float softcap, float alibi_slope,
-                                               bool alibi_causal = false) {
+                                               bool alibi_causal = false, int alibi_col_ref = 0) {
   if constexpr (kSoftcap) {
     apply_softcap(tSrS, softcap);
     if constexpr (kAlibi) {
-      apply_alibi(tSrS, tScS, row0, col0, mask.seqlen_q, mask.seqlen_k, alibi_causal, alibi_slope);
+      apply_alibi(tSrS, tScS, row0, col0, mask.seqlen_q, mask.seqlen_k, alibi_causal, alibi_slope, alibi_col_ref);
     }
   }
   if constexpr (kMasked) mask.apply(tSrS, tScS, row0, col0);

@@ -157,13 +157,14 @@ FLASH_HOST_DEVICE void for_each_alibi_bias(TensorC const& tScS, int row0, int co
   }
 }
 
-// Adds slope_scaled * alibi_bias to every score of the tile (slope_scaled = slope / softmax_scale).
+// Adds slope_scaled * alibi_bias to every score of the tile (slope_scaled = slope / softmax_scale),
+// the causal form measured from column causal_col_ref: slope_scaled * (col - causal_col_ref).
 template <class TensorS, class TensorC>
 FLASH_HOST_DEVICE void apply_alibi(TensorS& tSrS, TensorC const& tScS, int row0, int col0, int seqlen_q, int seqlen_k,
-                                   bool causal_form, float slope_scaled) {
+                                   bool causal_form, float slope_scaled, int causal_col_ref = 0) {
   cute::Tensor s = cute::make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
-  for_each_alibi_bias(tScS, row0, col0, seqlen_q, seqlen_k, causal_form, slope_scaled,
-                      [&](int mi, int ni, float bias) { s(mi, ni) += bias; });
+  for_each_alibi_bias(tScS, row0, causal_form ? col0 - causal_col_ref : col0, seqlen_q, seqlen_k, causal_form,
+                      slope_scaled, [&](int mi, int ni, float bias) { s(mi, ni) += bias; });
 }
 
 // Sets every score of the tile to slope_scaled * the symmetric form of alibi_bias: S's initial
@@ -177,14 +178,15 @@ FLASH_HOST_DEVICE void fill_alibi(TensorS& tSrS, TensorC const& tScS, int row0, 
 }
 
 // lse: one natural-log LSE per row of the (rows, cols) view of tScS, computed with the symmetric
-// ALiBi form; slope: the unscaled slope. Shifts it to the causal form's LSE (flash-attn's).
+// ALiBi form; slope: the unscaled slope. Shifts it to the causal form's LSE (flash-attn's), or
+// with a negative slope back; col_ref: the causal form's first column (apply_alibi).
 template <class TensorRow, class TensorC>
 FLASH_HOST_DEVICE void shift_alibi_lse(TensorRow& lse, TensorC const& tScS, int row0, int seqlen_q, int seqlen_k,
-                                       float slope) {
+                                       float slope, int col_ref = 0) {
   cute::Tensor c = cute::make_tensor(tScS.data(), acc_layout_rowcol(tScS.layout()));  // (rows, cols) -> (m, n)
 #pragma unroll
   for (int mi = 0; mi < cute::size<0>(c); ++mi) {
-    lse(mi) += slope * alibi_causal_shift(row0 + cute::get<0>(c(mi, 0)), seqlen_q, seqlen_k);
+    lse(mi) += slope * (alibi_causal_shift(row0 + cute::get<0>(c(mi, 0)), seqlen_q, seqlen_k) - float(col_ref));
   }
 }
 

@@ -1411,11 +1411,13 @@ double max_alibi_apply_error() {
   for (bool causal_form : {false, true}) {
     for (auto const& sqk : shapes) {
       for (auto const& rc : origins) {
+        // The causal form from column 0 (flash-attn's) and from the tile's first diagonal.
+        const int col_ref = causal_form && rc[1] > 0 ? rc[0] + sqk[1] - sqk[0] : 0;
         for_each_thread_fragment<TiledMma, kM, kN>(0.5f, [&](auto& tSrS, auto const& tScS) {
-          apply_alibi(tSrS, tScS, rc[0], rc[1], sqk[0], sqk[1], causal_form, slope);
+          apply_alibi(tSrS, tScS, rc[0], rc[1], sqk[0], sqk[1], causal_form, slope, col_ref);
           for (int i = 0; i < int(size(tSrS)); ++i) {
-            const double bias = double(slope) * alibi_bias(rc[0] + get<0>(tScS(i)), rc[1] + get<1>(tScS(i)),
-                                                           sqk[0], sqk[1], causal_form);
+            const double bias = double(slope) * (alibi_bias(rc[0] + get<0>(tScS(i)), rc[1] + get<1>(tScS(i)),
+                                                            sqk[0], sqk[1], causal_form) - col_ref);
             worst = std::max(worst, std::abs(double(tSrS(i)) - 0.5 - bias) / bound(0.5 + bias));
           }
         });
