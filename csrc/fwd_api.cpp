@@ -58,7 +58,7 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
   const std::vector<at::Tensor> split_buffers = choose_splits(params, p, lse, 0);
   const std::vector<at::Tensor> scratch = ws_scratch(params, p, q);
   const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == cudaSuccess, "flash_attn_cute: forward kernel launch failed: ", cudaGetErrorString(err));
+  check_launch(err, "forward kernel");
   return rows.caller_lse();
 }
 
@@ -67,7 +67,8 @@ at::Tensor dropout_mask(at::Tensor const& rng_state, double dropout_p, int64_t b
                         std::optional<at::Tensor> const& cu_seqlens_k) {
   check_rng_state(rng_state, rng_state.device());
   TORCH_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, "flash_attn_cute: dropout_p must be in [0, 1)");
-  TORCH_CHECK(batch >= 0 && heads >= 0 && max_seqlen_q >= 0 && max_seqlen_k >= 0 && batch <= 65535 && heads <= 65535,
+  TORCH_CHECK(batch >= 0 && heads >= 0 && max_seqlen_q >= 0 && max_seqlen_k >= 0 && batch <= 65535 && heads <= 65535 &&
+                  max_seqlen_q <= kMaxSeqlen && max_seqlen_k <= kMaxSeqlen,
               "flash_attn_cute: dropout_mask sizes out of range");
   TORCH_CHECK(cu_seqlens_q.has_value() == cu_seqlens_k.has_value(),
               "flash_attn_cute: give both cu_seqlens_q and cu_seqlens_k or neither");
@@ -91,7 +92,7 @@ at::Tensor dropout_mask(at::Tensor const& rng_state, double dropout_p, int64_t b
   params.cu_seqlens_q = cu_seqlens_q ? cu_seqlens_q->data_ptr<int>() : nullptr;
   params.cu_seqlens_k = cu_seqlens_k ? cu_seqlens_k->data_ptr<int>() : nullptr;
   const cudaError_t err = run_dropout_mask(params, c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == cudaSuccess, "flash_attn_cute: dropout_mask launch failed: ", cudaGetErrorString(err));
+  check_launch(err, "dropout_mask");
   return mask;
 }
 

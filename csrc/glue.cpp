@@ -76,8 +76,16 @@ Problem check_problem(at::Tensor const& q, at::Tensor const& k, at::Tensor const
     p.seqlen_q = q.size(1);
     p.seqlen_k = k.size(1);
   }
+  TORCH_CHECK(p.seqlen_q <= kMaxSeqlen && p.seqlen_k <= kMaxSeqlen, "flash_attn_cute: sequence lengths (max_seqlen_q/k "
+              "in varlen mode) must be at most ", num(kMaxSeqlen), ", got ", num(p.seqlen_q), " and ", num(p.seqlen_k));
   TORCH_CHECK(p.batch <= 65535 && p.heads <= 65535, "flash_attn_cute: batch and nheads must be at most 65535");
   return p;
+}
+
+void check_launch(cudaError_t err, char const* what) {
+  if (err == cudaSuccess) return;
+  cudaGetLastError();
+  TORCH_CHECK(false, "flash_attn_cute: ", what, " launch failed: ", cudaGetErrorString(err));
 }
 
 void check_like(at::Tensor const& t, at::Tensor const& like, char const* name, char const* like_name) {
@@ -150,7 +158,8 @@ std::vector<at::Tensor> choose_splits(FwdParams& params, Problem const& p, at::T
     const int64_t ctas = p.batch * p.heads * ((p.seqlen_q + tile.block_m - 1) / tile.block_m);
     params.num_splits = !params.few_rows && 10 * plain_ctas >= 8 * params.num_sms
                             ? 1
-                            : num_splits_heuristic(int(std::min<int64_t>(ctas, 1 << 30)), slots, n_blocks, kMaxSplits);
+                            // (capped where the heuristic's 10 * ctas stays an int; it returns 1 from far below)
+                            : num_splits_heuristic(int(std::min<int64_t>(ctas, 1 << 26)), slots, n_blocks, kMaxSplits);
   }
   if (split_ctas(params.num_splits) <= 1) return {};  // merged within the CTA
   params.split_stride = lse.numel();
@@ -355,6 +364,8 @@ void fill_params(FwdParams& params, Problem const& p, at::Tensor const& q, at::T
   params.seqlen_k = int(p.seqlen_k);
   params.cu_seqlens_q = p.varlen ? cu_seqlens_q->data_ptr<int>() : nullptr;
   params.cu_seqlens_k = p.varlen ? cu_seqlens_k->data_ptr<int>() : nullptr;
+  params.total_q = p.varlen ? q.size(0) : 0;
+  params.total_k = p.varlen ? k.size(0) : 0;
   params.softmax_scale = float(softmax_scale);
   params.softmax_scale_log2 = float(softmax_scale * M_LOG2E);
   params.score_scale = float(softmax_scale);

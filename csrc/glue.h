@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <cuda_runtime_api.h>
 
 #include <optional>
 #include <string>
@@ -32,6 +33,14 @@ Problem check_problem(at::Tensor const& q, at::Tensor const& k, at::Tensor const
 
 // A tensor of q's (or k's) shape and dtype, on q's device, with a layout the kernels take.
 void check_like(at::Tensor const& t, at::Tensor const& like, char const* name, char const* like_name);
+// The longest sequence (max_seqlen_q / _k in varlen mode) a call may give: the kernels count rows in
+// int, rounded up to whole blocks.
+inline constexpr int64_t kMaxSeqlen = (int64_t{1} << 31) - 1024;
+
+// Raises "flash_attn_cute: <what> launch failed: ..." where err is not cudaSuccess, clearing the
+// launch's error first: left set, it would fail the next, unrelated CUDA check (a caller that
+// catches this exception carries on).
+void check_launch(cudaError_t err, char const* what);
 
 // (batch, seqlen, heads, dim), or (total, heads, dim) in varlen mode.
 TensorView view_of(at::Tensor const& t, bool varlen);

@@ -87,7 +87,7 @@ void rotary_copy(at::Tensor const& src, at::Tensor& dst, std::optional<at::Tenso
   }
   c10::cuda::CUDAGuard device_guard(src.device());
   const cudaError_t err = run_rotary_copy(params, c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == cudaSuccess, "flash_attn_cute: rotary_copy launch failed: ", cudaGetErrorString(err));
+  check_launch(err, "rotary_copy");
 }
 
 at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tensor const& v_cache, at::Tensor& out,
@@ -120,7 +120,8 @@ at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tenso
   TORCH_CHECK(p.heads_k > 0 && p.heads % p.heads_k == 0, "flash_attn_cute: nheads must be a multiple of nheads_k");
   TORCH_CHECK(p.batch <= 65535 && p.heads <= 65535, "flash_attn_cute: batch and nheads must be at most 65535");
   p.seqlen_k = block_table ? check_block_table(*block_table, q, p.batch, k_cache.size(1)) : k_cache.size(1);
-  TORCH_CHECK(p.seqlen_k < (int64_t(1) << 31), "flash_attn_cute: the cache holds too many rows per sequence");
+  TORCH_CHECK(p.seqlen_q <= kMaxSeqlen && p.seqlen_k <= kMaxSeqlen,
+              "flash_attn_cute: q's rows and the cache's rows per sequence must be at most ", num(kMaxSeqlen));
   check_built(p, mods, causal, q);
 
   c10::cuda::CUDAGuard device_guard(q.device());
@@ -144,7 +145,7 @@ at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tenso
   const std::vector<at::Tensor> split_buffers = choose_splits(params, p, rows.lse, num_splits);
   const std::vector<at::Tensor> scratch = ws_scratch(params, p, q);
   const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == cudaSuccess, "flash_attn_cute: forward kernel launch failed: ", cudaGetErrorString(err));
+  check_launch(err, "forward kernel");
   return rows.caller_lse();
 }
 

@@ -110,6 +110,33 @@ def test_varlen_uneven_and_empty_sequences(dtype, head_dim, causal):
     _check_varlen(q, k, v, cu_q, cu_k, out, lse, causal=causal)
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_varlen_cu_seqlens_past_the_tensors_stay_inside(head_dim):
+    """The host does not read cu_seqlens on the device: wrong ones (a last entry past q's or k's
+    rows, a decreasing pair) must not take the kernels outside the tensors (BlockInfo cuts each
+    sequence to q's and k's rows). The forward and backward finish without a CUDA error, a
+    well-formed sequence keeps its result, and q, k, v (views into guarded buffers) keep their
+    guard rows. The sequences still cover every row, so every gradient row is written."""
+    torch.manual_seed(0)
+    total_q, total_k, guard, dtype = 300, 400, 64, torch.bfloat16
+    cu_q = torch.tensor([0, 100, 250, 280, 1000], device="cuda", dtype=torch.int32)
+    cu_k = torch.tensor([0, 150, 120, 300, 5000], device="cuda", dtype=torch.int32)
+    buffers = [_randn(n + 2 * guard, 4, head_dim, dtype=dtype) for n in (total_q, total_k, total_k)]
+    q, k, v = (b[guard:-guard].requires_grad_() for b in buffers)
+    saved = [b.clone() for b in buffers]
+    out = fac.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 720, 4850, causal=False)
+    out.backward(torch.ones_like(out))
+    torch.cuda.synchronize()
+    for b, before in zip(buffers, saved):
+        assert torch.equal(b[:guard], before[:guard]) and torch.equal(b[-guard:], before[-guard:])
+    ref, _ = attention_ref(q[None, :100].detach(), k[None, :150].detach(), v[None, :150].detach())
+    ref_lowp, _ = attention_ref(q[None, :100].detach(), k[None, :150].detach(), v[None, :150].detach(),
+                                upcast=False, reorder_ops=True)
+    _assert_close_rule(out[None, :100], ref, ref_lowp)
+    assert all(torch.isfinite(g).all() for g in (q.grad, k.grad, v.grad))
+    assert torch.isfinite(torch.ones(8, device="cuda").sum())  # the context still runs kernels
+
+
 def test_packed_and_strided_inputs():
     dtype, (b, s, h, d) = torch.bfloat16, (2, 333, 4, 64)
     qkv = _randn(b, s, 3, h, d, dtype=dtype)

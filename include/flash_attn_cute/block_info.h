@@ -24,25 +24,36 @@ struct BlockInfo {
   int k_batch;          // the batch entry of k / v (0 in varlen mode and for a paged cache)
   bool is_varlen;
 
-  // In varlen mode a sequence longer than max_seqlen_q / max_seqlen_k (a caller error that cannot be
-  // checked without reading the device's cu_seqlens) is cut to it: the grids and scratch buffers
-  // are sized by the maxima, so the kernels never index past them.
-  FLASH_HOST_DEVICE BlockInfo(FwdParams const& params, int bidb)
-      : seqlen_q(params.cu_seqlens_q ? clamp(params.cu_seqlens_q[bidb + 1] - params.cu_seqlens_q[bidb], 0,
-                                             params.seqlen_q)
-                                     : params.seqlen_q),
-        q_row_start(params.cu_seqlens_q ? params.cu_seqlens_q[bidb] : 0),
-        is_varlen(params.cu_seqlens_q != nullptr) {
+  // In varlen mode a sequence longer than max_seqlen_q / max_seqlen_k, or reaching outside the
+  // tensors (caller errors that cannot be checked without reading the device's cu_seqlens), is cut
+  // to them: the grids and scratch buffers are sized by the maxima and the totals, so the kernels
+  // never index past them.
+  FLASH_HOST_DEVICE BlockInfo(FwdParams const& params, int bidb) : is_varlen(params.cu_seqlens_q != nullptr) {
     // A paged cache has neither left padding nor batch indirection (the block table is both).
     const bool paged = params.block_table != nullptr;
-    int used = params.cu_seqlens_k ? params.cu_seqlens_k[bidb + 1] - params.cu_seqlens_k[bidb] : params.seqlen_k;
+    seqlen_q = params.seqlen_q;
+    q_row_start = 0;
+    if (params.cu_seqlens_q) {
+      q_row_start = clamp_rows(params.cu_seqlens_q[bidb], params.total_q);
+      const index_t rows_left = params.total_q - q_row_start;
+      seqlen_q = int(clamp_rows(clamp_rows(params.cu_seqlens_q[bidb + 1], params.total_q) - q_row_start,
+                                params.seqlen_q < rows_left ? params.seqlen_q : rows_left));
+    }
+    index_t k_start = 0;
+    int used = params.seqlen_k;
+    if (params.cu_seqlens_k) {
+      k_start = paged ? 0 : clamp_rows(params.cu_seqlens_k[bidb], params.total_k);
+      const index_t end = paged ? index_t(params.cu_seqlens_k[bidb + 1]) - params.cu_seqlens_k[bidb]
+                                : clamp_rows(params.cu_seqlens_k[bidb + 1], params.total_k) - k_start;
+      used = int(clamp_rows(end, params.seqlen_k));
+    }
     // seqused_k never reaches past the sequence's own keys in varlen mode (the next sequence's rows,
     // or past the tensor for the last one).
     if (params.seqused_k) used = params.cu_seqlens_k ? clamp(params.seqused_k[bidb], 0, used) : params.seqused_k[bidb];
     const int leftpad = params.leftpad_k && !paged ? clamp(params.leftpad_k[bidb], 0, params.seqlen_k) : 0;
     seqlen_k = clamp(used - leftpad, 0, params.seqlen_k - leftpad);
     // Paged keys live in the pages: cu_seqlens_k then only gives each sequence's length.
-    k_row_start = (params.cu_seqlens_k && !paged ? params.cu_seqlens_k[bidb] : 0) + leftpad;
+    k_row_start = k_start + leftpad;
     k_batch = params.cu_seqlens_k || paged ? 0 : bidb;
     if (params.kv_batch_idx && !paged) {
       k_batch = params.kv_batch_idx[bidb];
@@ -83,6 +94,7 @@ struct BlockInfo {
 
  private:
   FLASH_HOST_DEVICE static int clamp(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }
+  FLASH_HOST_DEVICE static index_t clamp_rows(index_t x, index_t hi) { return x < 0 ? 0 : (x > hi ? hi : x); }
 };
 
 // Element offset (head excluded) of key row `row` of sequence bidb in a paged K or V, or -1 when the

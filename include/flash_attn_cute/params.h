@@ -75,9 +75,13 @@ struct FwdParams {
   int seqlen_q = 0;            // max_seqlen_q in varlen mode
   int seqlen_k = 0;            // max_seqlen_k in varlen mode; the cache capacity in rows when paged
 
-  // Varlen: int32 prefix sums of length batch + 1, or nullptr for fixed-length batches.
+  // Varlen: int32 prefix sums of length batch + 1, or nullptr for fixed-length batches; total_q /
+  // total_k: the rows of q and of k / v (unread when paged), which every sequence's rows are cut to
+  // (BlockInfo): cu_seqlens on the device go unchecked, and wrong ones must not reach past them.
   const int* cu_seqlens_q = nullptr;
   const int* cu_seqlens_k = nullptr;
+  index_t total_q = 0;
+  index_t total_k = 0;
 
   // Keys in use per sequence, all optional (nullptr: none). seqused_k[b]: sequence b uses its first
   // seqused_k[b] key rows (the KV cache's cache_seqlens + new keys). leftpad_k[b]: its keys start

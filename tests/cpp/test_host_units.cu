@@ -671,6 +671,8 @@ void test_dq_accum_offset() {
     p.batch = 4;
     p.cu_seqlens_q = cu_q;
     p.cu_seqlens_k = cu_q;
+    p.seqlen_q = p.seqlen_k = 135;  // max_seqlen
+    p.total_q = p.total_k = 200;
     // (heads 2, 200 + 4 * 64 rows, rows of 136 floats)
     p.dq_accum_row_stride = 136;
     p.dq_accum_head_stride = (200 + 4 * 64) * 136;
@@ -1083,6 +1085,8 @@ void test_block_info() {
     p.seqlen_k = 23;
     p.cu_seqlens_q = cu_q;
     p.cu_seqlens_k = cu_k;
+    p.total_q = 40;
+    p.total_k = 31;
     p.q = {nullptr, 0, 8 * 64, 64};
     p.k = {nullptr, 0, 4 * 64, 64};
     p.lse_head_stride = 40;  // total_q
@@ -1133,6 +1137,8 @@ void test_block_info() {
     p.cu_seqlens_k = cu_k;
     p.seqlen_q = 1 << 30;  // max_seqlen_q: the first sequence's 2^30 rows
     p.seqlen_k = 1 << 29;
+    p.total_q = (index_t{1} << 30) + 100;
+    p.total_k = (index_t{1} << 29) + 50;
     p.q = {nullptr, 0, 16 * 128, 128};
     p.k = {nullptr, 0, 16 * 128, 128};
     p.lse_head_stride = (index_t{1} << 30) + 100;
@@ -1143,6 +1149,31 @@ void test_block_info() {
     CHECK_EQ(bi.k_offset(p.k, 15), 1099511627776LL + 15 * 128, "varlen 64-bit: k_offset(b 1, h 15)");
     CHECK_EQ(bi.lse_offset(p, 1, 15), 1073741824LL + 15 * 1073741924LL, "varlen 64-bit: lse_offset(b 1, h 15)");
     CHECK(bi.lse_offset(p, 1, 15) > k2to31, "varlen 64-bit: lse_offset exceeds 2^31");
+  }
+  {
+    // cu_seqlens past the tensors or decreasing (caller errors the host cannot see on the device):
+    // every sequence's rows are cut to q's 40 and k's 31, a decreasing one left empty.
+    const int cu_q[] = {-3, 5, 50, 30, 41};
+    const int cu_k[] = {0, 100, 20, 20, 7};
+    FwdParams p;
+    p.batch = 4;
+    p.seqlen_q = 100;  // max_seqlen_q
+    p.seqlen_k = 64;
+    p.cu_seqlens_q = cu_q;
+    p.cu_seqlens_k = cu_k;
+    p.total_q = 40;
+    p.total_k = 31;
+    const int want_start_q[] = {0, 5, 40, 30}, want_sq[] = {5, 35, 0, 10};
+    const int want_start_k[] = {0, 31, 20, 20}, want_sk[] = {31, 0, 0, 0};
+    for (int b = 0; b < 4; ++b) {
+      const BlockInfo bi(p, b);
+      CHECK_EQ(bi.q_row_start, want_start_q[b], fmt("bad cu_seqlens b %d: q_row_start", b));
+      CHECK_EQ(bi.seqlen_q, want_sq[b], fmt("bad cu_seqlens b %d: seqlen_q", b));
+      CHECK_EQ(bi.k_row_start, want_start_k[b], fmt("bad cu_seqlens b %d: k_row_start", b));
+      CHECK_EQ(bi.seqlen_k, want_sk[b], fmt("bad cu_seqlens b %d: seqlen_k", b));
+      CHECK(bi.q_row_start + bi.seqlen_q <= p.total_q && bi.k_row_start + bi.seqlen_k <= p.total_k,
+            fmt("bad cu_seqlens b %d: rows past the tensors", b));
+    }
   }
   {
     // KV cache: capacity 100 rows, cache batch 3 (k_batch from kv_batch_idx), per-sequence used
