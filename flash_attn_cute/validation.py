@@ -11,8 +11,9 @@ ALIGN_ELEMENTS = 8  # 16 bytes of fp16 / bf16: the kernels move 16-byte vectors
 MAX_GRID_YZ = 65535  # batch and nheads index grid.y / grid.z
 
 
-class FlashAttnInputError(ValueError):
-    """Raised for tensors or arguments the kernels cannot take."""
+class FlashAttnInputError(ValueError, RuntimeError):
+    """Raised for tensors or arguments the kernels cannot take. A ValueError, and a RuntimeError as
+    flash-attn 2.x's TORCH_CHECK failures are, so callers catching either see it."""
 
 
 def _fail(msg):

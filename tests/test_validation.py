@@ -331,7 +331,7 @@ def test_valid_inputs_reach_device_check(case):
 
 
 def test_device_is_checked_last():
-    assert issubclass(FlashAttnInputError, ValueError)
+    assert issubclass(FlashAttnInputError, ValueError) and issubclass(FlashAttnInputError, RuntimeError)
     raises(r"dtype torch.float32", lambda: fac.flash_attn_func(*qkv(dtype=F32)))  # not the device message
     raises(r"cu_seqlens_q must be torch.int32", lambda: VARLEN["fwd"](*vqkv(), CU.long(), CU, 7, 7))
     raises(r"out must match q", lambda: fac.fwd(*qkv(), out=t(B, S, H, 32)))
