@@ -121,8 +121,7 @@ def _check_aligned_head_dim(q, name):
 def _check_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
     """The (max) sequence lengths the kernels run on."""
     if cu_seqlens_q is not None or cu_seqlens_k is not None:
-        V.check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-        return max_seqlen_q, max_seqlen_k
+        return V.check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     return q.size(1), k.size(1)
 
 
@@ -169,7 +168,8 @@ def check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, c
             _check_aligned_head_dim(q, "fwd")
         max_seqlen_q, max_seqlen_k = _check_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     else:  # the head dim and the varlen arguments are checked with the pages
-        V.check_paged_kv(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+        max_seqlen_q, max_seqlen_k = V.check_paged_kv(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k,
+                                                      max_seqlen_q, max_seqlen_k)
         if dropout_p:
             V._fail("a paged K / V (block_table) takes no dropout (it is for inference)")
     V.check_like("q", q, out=out, out_residual=out_residual)

@@ -3,6 +3,8 @@
 Shapes, dtypes, head dims, strides and cu_seqlens are checked before the device, so a CPU-only
 machine can test all of it. Checks that would need a host read of a GPU tensor are not done.
 """
+import operator
+
 import torch
 
 MAX_HEAD_DIM = 256
@@ -118,7 +120,8 @@ def require_cu_seqlens(cu_seqlens_q, cu_seqlens_k):
 
 
 def check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_k=None):
-    """total_k: the key rows cu_seqlens_k may span (k.size(0); a paged K / V's batch * capacity)."""
+    """total_k: the key rows cu_seqlens_k may span (k.size(0); a paged K / V's batch * capacity).
+    Returns (max_seqlen_q, max_seqlen_k) as ints (as_seqlen)."""
     total_k = k.size(0) if total_k is None else total_k
     require_cu_seqlens(cu_seqlens_q, cu_seqlens_k)
     check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.size(0))
@@ -126,11 +129,29 @@ def check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, t
     if cu_seqlens_q.numel() != cu_seqlens_k.numel():
         _fail(f"cu_seqlens_q ({cu_seqlens_q.numel()}) and cu_seqlens_k ({cu_seqlens_k.numel()}) "
               "must have the same length (batch + 1)")
-    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
-        if not isinstance(value, int) or value < 0:
-            _fail(f"{name} must be a non-negative int, got {value!r}")
+    max_seqlen_q = as_seqlen("max_seqlen_q", max_seqlen_q)
+    max_seqlen_k = as_seqlen("max_seqlen_k", max_seqlen_k)
     _check_cu_seqlens_values("cu_seqlens_q", cu_seqlens_q, q.size(0), "max_seqlen_q", max_seqlen_q)
     _check_cu_seqlens_values("cu_seqlens_k", cu_seqlens_k, total_k, "max_seqlen_k", max_seqlen_k)
+    return max_seqlen_q, max_seqlen_k
+
+
+def as_seqlen(name, value):
+    """A max_seqlen as a non-negative Python int: anything with __index__ (numpy integers) or a 0-d
+    integer tensor (transformers passes position_ids.max() + 1; a CUDA one is read on the host, as
+    flash-attn 2.x reads it). A SymInt (torch.compile) passes as it is."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() == 0 and not (value.dtype.is_floating_point or value.dtype.is_complex
+                                     or value.dtype == torch.bool):
+            value = int(value)
+    elif not isinstance(value, (bool, int, torch.SymInt)):
+        try:
+            value = operator.index(value)
+        except TypeError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)) or value < 0:
+        _fail(f"{name} must be a non-negative int, got {value!r}")
+    return value
 
 
 def check_like(ref_name, ref, **tensors):
@@ -226,7 +247,8 @@ def check_block_table(block_table, batch, pages, pages_name):
 
 def check_paged_kv(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
     """flash_attn_varlen_func's paged K / V: q (total_q, nheads, d), k / v (num_blocks, page_size,
-    nheads_k, d) read through block_table; cu_seqlens_k gives each sequence's key count."""
+    nheads_k, d) read through block_table; cu_seqlens_k gives each sequence's key count. Returns
+    (max_seqlen_q, max_seqlen_k) as ints."""
     for name, t in (("k", k), ("v", v)):
         _check_tensor(name, t)
         if t.dim() != 4 or t.size(0) == 0:
@@ -241,9 +263,11 @@ def check_paged_kv(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_
     require_cu_seqlens(cu_seqlens_q, cu_seqlens_k)
     batch = cu_seqlens_k.numel() - 1
     capacity = check_block_table(block_table, batch, k, "k")
-    check_varlen(q, k[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_k=batch * capacity)
+    max_seqlen_q, max_seqlen_k = check_varlen(q, k[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                              total_k=batch * capacity)
     if max_seqlen_k > capacity:
         _fail(f"max_seqlen_k ({max_seqlen_k}) is more keys than a block_table row's pages hold ({capacity})")
+    return max_seqlen_q, max_seqlen_k
 
 
 def check_seqused_k(seqused_k, cu_seqlens_k):

@@ -155,7 +155,11 @@ def _varlen_cases():
         ("max_q_negative", "all", (CU, CU, -1, 7), r"max_seqlen_q must be a non-negative int, got -1"),
         ("max_k_float", "sep", (CU, CU, 7, 7.0), r"max_seqlen_k must be a non-negative int, got 7.0"),
         ("max_q_float", "all", (CU, CU, 7.0, 7), r"max_seqlen_q must be a non-negative int, got 7.0"),
-        ("max_q_tensor", "all", (CU, CU, torch.tensor(7), 7), r"max_seqlen_q must be a non-negative int, got tensor"),
+        ("max_q_1d_tensor", "all", (CU, CU, torch.tensor([7]), 7), r"max_seqlen_q must be a non-negative int, got tensor"),
+        ("max_q_float_tensor", "all", (CU, CU, torch.tensor(7.0), 7), r"max_seqlen_q must be a non-negative int"),
+        ("max_k_negative_tensor", "sep", (CU, CU, 7, torch.tensor(-1)), r"max_seqlen_k must be a non-negative int"),
+        ("max_q_bool", "all", (CU, CU, True, 7), r"max_seqlen_q must be a non-negative int, got True"),
+        ("max_q_str", "all", (CU, CU, "7", 7), r"max_seqlen_q must be a non-negative int, got '7'"),
     ]
     for name, scope, args, msg in cases:
         for fn in VARLEN:
@@ -169,6 +173,53 @@ def _varlen_cases():
 @pytest.mark.parametrize("fn, args, msg", list(_varlen_cases()))
 def test_varlen_bad_cu_seqlens_and_max_seqlen(fn, args, msg):
     raises(msg, lambda: VARLEN[fn](*vqkv(), *args))
+
+
+MAX_SEQLENS = {  # max_seqlen types flash-attn 2.x takes (transformers passes position_ids.max() + 1)
+    "int64_tensor": lambda: torch.tensor(7),
+    "int32_tensor": lambda: torch.tensor(7, dtype=torch.int32),
+    "numpy_int64": lambda: __import__("numpy").int64(7),
+}
+
+
+@pytest.mark.parametrize("kind", MAX_SEQLENS)
+@pytest.mark.parametrize("fn", VARLEN)
+def test_max_seqlen_index_types(fn, kind):
+    value = MAX_SEQLENS[kind]()
+    raises(DEVICE_MSG, lambda: VARLEN[fn](*vqkv(), CU, CU, value, value))
+    # They are range-checked as ints: 2 is below the longest sequence (7).
+    too_short = torch.tensor(2) if isinstance(value, torch.Tensor) else type(value)(2)
+    raises(r"max_seqlen_q \(2\) is smaller than the longest sequence", lambda: VARLEN[fn](*vqkv(), CU, CU, too_short, 7))
+
+
+def test_max_seqlen_is_a_python_int_for_the_kernels(monkeypatch):
+    """A tensor max_seqlen reaches the kernels (and the autograd function's saved arguments) as an int."""
+    from flash_attn_cute import _ops, interface, validation
+    seen = []
+
+    def fake_run_fwd(q, k, v, out, scale, causal, cu_q, cu_k, max_q, max_k, *args, **kwargs):
+        seen.append((max_q, max_k))
+        return torch.zeros_like(q), torch.zeros(q.size(1), q.size(0))
+
+    monkeypatch.setattr(validation, "check_device", lambda **tensors: None)
+    monkeypatch.setattr(_ops, "_require_kernel", lambda *args, **kwargs: None)
+    monkeypatch.setattr(interface, "run_fwd", fake_run_fwd)
+    fac.flash_attn_varlen_func(*vqkv(), CU, CU, torch.tensor(7), __import__("numpy").int32(7))
+    assert seen == [(7, 7)] and all(type(x) is int for x in seen[0])
+
+
+def test_max_seqlen_symint_under_torch_compile():
+    """A dynamic shape passed as max_seqlen (a SymInt while torch.compile traces) passes every check:
+    the call stops at the device check, not at max_seqlen's."""
+    def f(q, cu):
+        return fac.flash_attn_varlen_func(q, q, q, cu, cu, q.shape[0], q.shape[0])
+
+    q = t(T, H, D)
+    torch._dynamo.reset()
+    torch._dynamo.mark_dynamic(q, 0)
+    with pytest.raises(Exception) as info:
+        torch.compile(f, backend="eager", fullgraph=True)(q, cu(0, 3, T))
+    assert "is on cpu; flash_attn_cute needs CUDA tensors" in str(info.value), str(info.value)[-2000:]
 
 
 VARLEN_QKV_CASES = [
