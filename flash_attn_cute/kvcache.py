@@ -105,8 +105,8 @@ def check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
     if longest is not None and longest + seqlen_new > capacity:
         V._fail(f"cache_seqlens ({longest}) + the new keys ({seqlen_new}) exceed the cache capacity ({capacity})")
 
-    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits <= MAX_SPLITS:
-        V._fail(f"num_splits must be an int in [0, {MAX_SPLITS}] (0 = heuristic), got {num_splits!r}")
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits > MAX_SPLITS:
+        V._fail(f"num_splits must be an int of at most {MAX_SPLITS} (below 1: the heuristic), got {num_splits!r}")
     layouts = dict(q=q, k_cache=k_cache, v_cache=v_cache)
     if k is not None:
         layouts.update(k=k, v=v)
@@ -158,5 +158,5 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.ops.flash_attn_cute.fwd_kvcache(q, k_cache, v_cache, out, seqused_k, cache_leftpad, cache_batch_idx,
                                                 block_table, softmax_scale, causal, *window_size, float(softcap),
-                                                alibi_slopes, num_splits)
+                                                alibi_slopes, max(num_splits, 0))
     return (out, lse) if return_softmax_lse else out

@@ -285,14 +285,13 @@ def check_seqused_k(seqused_k, cu_seqlens_k):
 
 
 def check_score_mods(window_size, softcap, alibi_slopes, batch, nheads, device):
-    """window_size (left, right) with -1 = unbounded; softcap >= 0; alibi_slopes fp32 (nheads,) or
-    (batch, nheads) on q's device. Returns window_size as a tuple of two ints."""
+    """window_size (left, right), a negative side unbounded (as in flash-attn 2.x); softcap >= 0;
+    alibi_slopes fp32 (nheads,) or (batch, nheads) on q's device. Returns window_size as a tuple of
+    two ints, -1 for an unbounded side."""
     try:
-        left, right = (int(x) for x in window_size)
+        left, right = (max(int(x), -1) for x in window_size)
     except (TypeError, ValueError):
         _fail(f"window_size must be a pair of ints (left, right), got {window_size!r}")
-    if left < -1 or right < -1:
-        _fail(f"window_size entries must be >= -1 (-1: unbounded), got {window_size!r}")
     # Under torch.compile a float saved for the backward arrives as a SymFloat.
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float, torch.SymInt, torch.SymFloat)) \
             or not softcap >= 0:

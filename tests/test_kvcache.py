@@ -140,11 +140,12 @@ def test_kvcache_dtypes_head_dims(dtype, d, page_size):
         _run_and_check(dtype=dtype, d=d, seqlen_q=5, causal=True, capacity=300)
 
 
-@pytest.mark.parametrize("num_splits", [0, 1, 2, 3, 4, 8, 128])
+@pytest.mark.parametrize("num_splits", [-1, 0, 1, 2, 3, 4, 8, 128])
 @pytest.mark.parametrize("page_size", [None, 64], ids=["dense", "page64"])
 def test_num_splits_agree(num_splits, page_size):
     """Every split count gives a result within the accuracy rule (128 splits: many are empty; 2 and 4
-    run as the warps of one CTA, merged in shared memory, without the combine kernel)."""
+    run as the warps of one CTA, merged in shared memory, without the combine kernel; below 1, as 0,
+    the heuristic)."""
     torch.manual_seed(2)
     _run_and_check(batch=2, capacity=4096, page_size=page_size, num_splits=num_splits, seqlen_new=1,
                    cache_seqlens=torch.tensor([4000, 17], device="cuda", dtype=I32))

@@ -47,6 +47,8 @@ VALID = {
                      v_cache=t(B, SC, 1, D, dtype=BF16), num_splits=128),
     "no_cache_seqlens": call(cache_seqlens=None),
     "window_softcap_alibi": call(window_size=(64, 0), softcap=30.0, alibi_slopes=t(B, H, dtype=torch.float32)),
+    "window_below_minus_one": call(window_size=(8, -2)),  # any negative side is unbounded (flash-attn 2.x)
+    "num_splits_negative": call(num_splits=-1),  # below 1: the heuristic (flash-attn 2.x)
 }
 
 
@@ -78,8 +80,8 @@ def test_valid_inputs_reach_device_check(case):
     (call(cache_seqlens=torch.tensor([1, 300], dtype=I32)), r"\(300\) .* exceed the cache capacity \(256\)"),
     (call(cache_batch_idx=torch.tensor([0, 1])), r"cache_batch_idx must be an int32 tensor of shape \(2,\)"),
     (call(cache_leftpad=t(3, dtype=I32)), r"cache_leftpad must be an int32 tensor of shape \(2,\)"),
-    (call(num_splits=129), r"num_splits must be an int in \[0, 128\]"),
-    (call(num_splits=-1), r"num_splits must be an int"),
+    (call(num_splits=129), r"num_splits must be an int of at most 128 \(below 1: the heuristic\), got 129"),
+    (call(num_splits=2.0), r"num_splits must be an int"),
     (paged(block_table=torch.zeros(B, 4)), r"block_table must be an int32 tensor of shape \(batch=2"),
     (paged(block_table=torch.zeros(3, 4, dtype=I32)), r"block_table must be an int32 tensor"),
     (paged(k_cache=t(10, 8, HK, D), v_cache=t(10, 8, HK, D)), r"page size .* = 8\) must be a positive multiple of 16"),
@@ -92,8 +94,7 @@ def test_bad_input(fn, msg):
     raises(msg, fn)
 
 
-@pytest.mark.parametrize("changes, msg", [(dict(window_size=(8, -2)), r"window_size entries must be >= -1"),
-                                          (dict(softcap=-5.0), r"softcap must be a number >= 0"),
+@pytest.mark.parametrize("changes, msg", [(dict(softcap=-5.0), r"softcap must be a number >= 0"),
                                           (dict(alibi_slopes=t(H + 1, dtype=torch.float32)), r"alibi_slopes must be")])
 def test_bad_score_mods(changes, msg):
     raises(msg, call(**changes))

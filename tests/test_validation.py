@@ -323,7 +323,6 @@ def test_paged_varlen_has_no_backward():
 SCORE_MODS = {  # bad window / softcap / ALiBi arguments (2 sequences, or 3 in varlen; H heads)
     "window_not_pair": (dict(window_size=5), r"window_size must be a pair of ints"),
     "window_three": (dict(window_size=(1, 2, 3)), r"window_size must be a pair of ints"),
-    "window_below_minus_one": (dict(window_size=(-2, 0)), r"window_size entries must be >= -1"),
     "softcap_negative": (dict(softcap=-1.0), r"softcap must be a number >= 0"),
     "softcap_str": (dict(softcap="30"), r"softcap must be a number >= 0"),
     "alibi_fp16": (dict(alibi_slopes=torch.zeros(H, dtype=F16)), r"alibi_slopes must be float32 of shape"),
@@ -345,6 +344,28 @@ def test_bad_seqused_k():
 def test_bad_score_mods(fn, case):
     kw, msg = SCORE_MODS[case]
     raises(msg, lambda: CALLS[fn](**kw))
+
+
+@pytest.mark.parametrize("window, want", [((-2, 0), (-1, 0)), ((5, -7), (5, -1)), ((-100, -3), (-1, -1)),
+                                          (torch.tensor([-4, 3]), (-1, 3)), ([0, 0], (0, 0))], ids=str)
+def test_negative_window_sides_are_unbounded(window, want, monkeypatch):
+    """flash-attn 2.x takes any negative window side as unbounded: such calls pass the checks, and the
+    kernels get -1 for that side."""
+    from flash_attn_cute import _ops, interface, validation
+    assert validation.check_score_mods(window, 0.0, None, B, H, torch.device("cpu")) == want
+    seen = []
+
+    def fake_run_fwd(q, k, v, out, scale, causal, cu_q, cu_k, max_q, max_k, window, *args, **kwargs):
+        seen.append(window)
+        return torch.zeros_like(q), torch.zeros(q.size(0), q.size(2), q.size(1))
+
+    for fn in CALLS:
+        raises(DEVICE_MSG, lambda: CALLS[fn](window_size=window))
+    monkeypatch.setattr(validation, "check_device", lambda **tensors: None)
+    monkeypatch.setattr(_ops, "_require_kernel", lambda *args, **kwargs: None)
+    monkeypatch.setattr(interface, "run_fwd", fake_run_fwd)
+    fac.flash_attn_func(*qkv(), window_size=window)
+    assert seen == [want]
 
 
 # --- valid inputs get through every check and stop at the device -----------------------------------------
