@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from . import validation as V
-from ._ops import _require_kernel, check_fwd, dropout_mask, fwd, run_bwd, run_fwd
+from ._ops import _require_kernel, check_fwd, dropout_mask, kernel_input, run_bwd, run_fwd
 from .reference import attention_probs_ref
 
 
@@ -33,11 +33,14 @@ def _kernel_layout(x):
 
 def _padded_forward(q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window,
                     softcap, alibi_slopes, seqused_k, dropout_p, keep_residual):
-    """run_fwd on q, k, v padded to a head dim that is a multiple of 8. Returns the padded q, k, v,
-    out (padded), lse, rng_state (None without dropout) and, with dropout and keep_residual, out's
-    rounding residual, which makes the backward's row sums exact (_ops.fwd)."""
+    """run_fwd on q, k, v padded to a head dim that is a multiple of 8 (or copied where the kernels
+    cannot take their layout). Returns the padded q, k, v, out (padded), lse, rng_state (None
+    without dropout) and, with dropout and keep_residual, out's rounding residual, which makes the
+    backward's row sums exact (_ops.fwd)."""
     if q.size(-1) % V.ALIGN_ELEMENTS:
         q, k, v = (_round_up_head_dim(x) for x in (q, k, v))
+    else:
+        q, k, v = (kernel_input(x) for x in (q, k, v))
     residual = torch.empty_like(q) if dropout_p and keep_residual else None
     out, lse, *rng_state = run_fwd(q, k, v, None, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                    max_seqlen_k, window, softcap, alibi_slopes, seqused_k, dropout_p,
@@ -144,10 +147,12 @@ def _paged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         raise NotImplementedError("flash_attn_cute: flash_attn_varlen_func with block_table (a paged K / V) has no "
                                   "backward, as in flash-attn 2.x: call it under torch.no_grad() or with tensors "
                                   "that do not require grad")
-    out, lse = fwd(q, k, v, softmax_scale=softmax_scale, causal=causal, cu_seqlens_q=cu_seqlens_q,
-                   cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                   window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, seqused_k=seqused_k,
-                   dropout_p=dropout_p, block_table=block_table)
+    max_seqlen_q, max_seqlen_k, window = check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                   causal, window_size, softcap, alibi_slopes, seqused_k, dropout_p,
+                                                   block_table, pads=True)
+    q, k, v = (kernel_input(x) for x in (q, k, v))
+    out, lse = run_fwd(q, k, v, None, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                       window, softcap, alibi_slopes, seqused_k, dropout_p, block_table)
     return (out, lse, None) if return_attn_probs else out
 
 

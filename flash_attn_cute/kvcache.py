@@ -107,11 +107,11 @@ def check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
 
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits > MAX_SPLITS:
         V._fail(f"num_splits must be an int of at most {MAX_SPLITS} (below 1: the heuristic), got {num_splits!r}")
-    layouts = dict(q=q, k_cache=k_cache, v_cache=v_cache)
-    if k is not None:
-        layouts.update(k=k, v=v)
-    V.check_layout(**layouts)
-    V.check_device(**layouts, rotary_cos=rotary_cos, rotary_sin=rotary_sin, block_table=block_table,
+    # The caches are written in place, so their layout must be one the kernels take; q, k and v
+    # are copied where it is not (_ops.kernel_input), as flash-attn 2.x copies them.
+    V.check_layout(k_cache=k_cache, v_cache=v_cache)
+    V.check_device(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                   block_table=block_table,
                    cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
                    cache_seqlens=cache_seqlens if isinstance(cache_seqlens, torch.Tensor) else None)
     return capacity
@@ -136,6 +136,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     _ops._require_kernel(q.dtype, q.size(-1), causal, window_size, softcap, alibi_slopes, capacity)
     if softmax_scale is None:
         softmax_scale = q.size(-1) ** -0.5
+    q = _ops.kernel_input(q)
+    if k is not None:
+        k, v = _ops.kernel_input(k), _ops.kernel_input(v)
     batch = q.size(0)
     if not isinstance(cache_seqlens, torch.Tensor):
         rows = capacity if cache_seqlens is None else cache_seqlens

@@ -49,6 +49,9 @@ VALID = {
     "window_softcap_alibi": call(window_size=(64, 0), softcap=30.0, alibi_slopes=t(B, H, dtype=torch.float32)),
     "window_below_minus_one": call(window_size=(8, -2)),  # any negative side is unbounded (flash-attn 2.x)
     "num_splits_negative": call(num_splits=-1),  # below 1: the heuristic (flash-attn 2.x)
+    # q, k, v in layouts the kernels cannot read are copied (flash-attn 2.x copies a strided last dim).
+    "strided_q_k_v": call(q=t(B, SQ, D, H).transpose(-1, -2), k=t(B, 3, HK, 2 * D)[..., ::2],
+                          v=t(B * 3 * HK * D + 1)[1:].view(B, 3, HK, D)),
 }
 
 
@@ -89,6 +92,7 @@ def test_valid_inputs_reach_device_check(case):
     (paged(cache_batch_idx=torch.tensor([0, 1], dtype=I32)), r"cache_batch_idx cannot be combined with block_table"),
     (paged(cache_seqlens=65), r"\(65\) .* exceed the cache capacity \(64\)"),
     (call(k_cache=t(B, SC, HK, 2 * D)[..., ::2], v_cache=t(B, SC, HK, D)), r"k_cache must have a contiguous last"),
+    (call(v_cache=t(B, SC, HK, D + 1)[..., :D]), r"v_cache strides .* must be multiples of 8 elements"),
 ])
 def test_bad_input(fn, msg):
     raises(msg, fn)

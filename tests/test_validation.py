@@ -103,11 +103,59 @@ LAYOUTS = {
 }
 
 
-@pytest.mark.parametrize("fn", NO_QKV)
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_bad_layout(fn, layout):
+def test_bad_layout(layout):
+    """The low-level fwd takes only layouts the kernels can read (it writes no copies)."""
     q, msg = LAYOUTS[layout][0](), LAYOUTS[layout][1]
-    raises(msg, lambda: DENSE[fn](q, *qkv(b=q.size(0), h=q.size(2))[1:]))
+    raises(msg, lambda: fac.fwd(q, *qkv(b=q.size(0), h=q.size(2))[1:]))
+
+
+def _fake_kernels(monkeypatch, seen):
+    """run_fwd / run_bwd stand-ins that record the layout problems of what the kernels would get."""
+    from flash_attn_cute import _ops, interface, validation
+
+    def fake_run_fwd(q, k, v, *args, **kwargs):
+        seen.append([validation.layout_problem(n, x) for n, x in (("q", q), ("k", k), ("v", v))])
+        lse = torch.zeros(q.size(1), q.size(0)) if q.dim() == 3 else torch.zeros(q.size(0), q.size(2), q.size(1))
+        return torch.zeros_like(q), lse
+
+    def fake_run_bwd(dout, q, k, v, out, *args):
+        seen.append([validation.layout_problem(n, x) for n, x in (("dout", dout), ("q", q), ("k", k), ("v", v))])
+        return torch.ones_like(q), torch.ones_like(k), torch.ones_like(v)
+
+    monkeypatch.setattr(validation, "check_device", lambda **tensors: None)
+    monkeypatch.setattr(_ops, "_require_kernel", lambda *args, **kwargs: None)
+    monkeypatch.setattr(interface, "_require_kernel", lambda *args, **kwargs: None)
+    monkeypatch.setattr(interface, "run_fwd", fake_run_fwd)
+    monkeypatch.setattr(interface, "run_bwd", fake_run_bwd)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+@pytest.mark.parametrize("fn", ["func", "kvpacked", "varlen"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_strided_inputs_are_copied_for_the_kernels(layout, fn, grad, monkeypatch):
+    """flash_attn_* copy a q, k or v whose layout the kernels cannot take (flash-attn 2.x copies one
+    whose last dim is strided) instead of refusing it; gradients come back to the caller's tensor."""
+    from flash_attn_cute import validation
+    seen = []
+    _fake_kernels(monkeypatch, seen)
+    q = LAYOUTS[layout][0]()
+    if fn == "varlen":
+        q = q.flatten(0, 1)[:T]  # (total, nheads, d), the same layout problem
+        assert validation.layout_problem("q", q)
+        args = (q, *vqkv()[1:], CU, CU, 7, 7)
+        call = fac.flash_attn_varlen_func
+    else:
+        k, v = qkv(b=q.size(0), h=q.size(2))[1:]
+        args = (q, k, v) if fn == "func" else (q, torch.stack([k, v], 2))
+        call = fac.flash_attn_func if fn == "func" else fac.flash_attn_kvpacked_func
+    q.requires_grad_(grad)
+    out = call(*args)
+    assert out.shape == q.shape
+    if grad:
+        out.backward(torch.ones_like(out))
+        assert torch.equal(q.grad, torch.ones_like(q))
+    assert seen == [[None] * len(x) for x in seen] and len(seen) == 1 + grad
 
 
 def test_packed_bad_shapes():
@@ -121,10 +169,9 @@ def test_packed_bad_shapes():
            lambda: fac.flash_attn_varlen_qkvpacked_func(t(T, 2, H, D), CU, 7))
     raises(r"kv must have size 2 in dimension 1, got \(10, 3, 4, 64\)",
            lambda: fac.flash_attn_varlen_kvpacked_func(t(T, H, D), t(T, 3, H, D), CU, CU, 7, 7))
-    raises(r"q must have a contiguous last dimension",
-           lambda: fac.flash_attn_qkvpacked_func(t(B, S, 3, H, 2 * D)[..., ::2]))
-    raises(r"q must have a contiguous last dimension",
-           lambda: fac.flash_attn_varlen_qkvpacked_func(t(T, 3, H, 2 * D)[..., ::2], CU, 7))
+    # A strided last dimension is copied, not refused (test_strided_inputs_are_copied_for_the_kernels).
+    raises(DEVICE_MSG, lambda: fac.flash_attn_qkvpacked_func(t(B, S, 3, H, 2 * D)[..., ::2]))
+    raises(DEVICE_MSG, lambda: fac.flash_attn_varlen_qkvpacked_func(t(T, 3, H, 2 * D)[..., ::2], CU, 7))
 
 
 @pytest.mark.parametrize("out, msg", [
@@ -242,9 +289,11 @@ def test_varlen_wrong_rank_and_layout(fn):
     raises(r"q must be 3-D \(total, nheads, headdim\), got shape \(2, 8, 4, 64\)",
            lambda: VARLEN[fn](*qkv(), CU, CU, 7, 7))
     raises(r"v must be 3-D", lambda: VARLEN[fn](t(T, H, D), t(T, H, D), t(1, T, H, D), CU, CU, 7, 7))
-    raises(r"k strides \(260, 65, 1\) must be multiples of 8 elements \(16 bytes\)",
+    # fwd refuses layouts the kernels cannot read; flash_attn_varlen_func copies them.
+    strided = fn == "fwd"
+    raises(r"k strides \(260, 65, 1\) must be multiples of 8 elements \(16 bytes\)" if strided else DEVICE_MSG,
            lambda: VARLEN[fn](t(T, H, D), t(T, H, D + 1)[..., :D], t(T, H, D), CU, CU, 7, 7))
-    raises(r"v must have a contiguous last dimension",
+    raises(r"v must have a contiguous last dimension" if strided else DEVICE_MSG,
            lambda: VARLEN[fn](t(T, H, D), t(T, H, D), t(T, H, 2 * D)[..., ::2], CU, CU, 7, 7))
 
 
