@@ -175,14 +175,14 @@ def check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, c
     so their layout needs no check."""
     if block_table is None:
         V.check_qkv(q, k, v, cu_seqlens_q is not None or cu_seqlens_k is not None)
-        if not pads:
-            _check_aligned_head_dim(q, "fwd")
         max_seqlen_q, max_seqlen_k = _check_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    else:  # the head dim and the varlen arguments are checked with the pages
+    else:  # the varlen arguments are checked with the pages
         max_seqlen_q, max_seqlen_k = V.check_paged_kv(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k,
                                                       max_seqlen_q, max_seqlen_k)
         if dropout_p:
             V._fail("a paged K / V (block_table) takes no dropout (it is for inference)")
+    if not pads:
+        _check_aligned_head_dim(q, "fwd")
     V.check_like("q", q, out=out, out_residual=out_residual)
     window = _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes)
     V.check_seqused_k(seqused_k, cu_seqlens_k)

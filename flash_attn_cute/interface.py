@@ -140,19 +140,51 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     return out, lse, probs
 
 
+def _paged_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window,
+                   softcap, alibi_slopes, seqused_k, block_table):
+    """run_fwd over a paged K / V on arguments check_fwd passed, the head dim padded to a multiple of
+    8 (q and every page) as flash-attn 2.x pads it; returns (out, lse), out unpadded."""
+    head_dim = q.size(-1)
+    if head_dim % V.ALIGN_ELEMENTS:
+        q, k, v = (_round_up_head_dim(x) for x in (q, k, v))
+    else:
+        q, k, v = (kernel_input(x) for x in (q, k, v))
+    out, lse = run_fwd(q, k, v, None, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                       window, softcap, alibi_slopes, seqused_k, 0.0, block_table)
+    return _unpad_head_dim(out, head_dim), lse
+
+
+class _PagedAttnFunc(torch.autograd.Function):
+    """The paged forward for inputs that require grad: its output joins the autograd graph (as
+    flash-attn 2.x's does), and its backward raises, as flash-attn 2.x has none over a paged K / V."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, *args):
+        out, lse = _paged_forward(q, k, v, *args)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        raise NotImplementedError("flash_attn_cute: flash_attn_varlen_func with block_table (a paged K / V) has no "
+                                  "backward, as in flash-attn 2.x: the forward ran, but gradients cannot flow "
+                                  "through it")
+
+
 def _paged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
                      causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table, seqused_k):
     """flash_attn_varlen_func over a paged K / V: forward only, like flash-attn 2.x."""
-    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in (q, k, v)):
-        raise NotImplementedError("flash_attn_cute: flash_attn_varlen_func with block_table (a paged K / V) has no "
-                                  "backward, as in flash-attn 2.x: call it under torch.no_grad() or with tensors "
-                                  "that do not require grad")
     max_seqlen_q, max_seqlen_k, window = check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                    causal, window_size, softcap, alibi_slopes, seqused_k, dropout_p,
                                                    block_table, pads=True)
-    q, k, v = (kernel_input(x) for x in (q, k, v))
-    out, lse = run_fwd(q, k, v, None, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                       window, softcap, alibi_slopes, seqused_k, dropout_p, block_table)
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(q.size(-1))  # the caller's head dim, not the padded one
+    args = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window, softcap,
+            alibi_slopes, seqused_k, block_table)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        out, lse = _PagedAttnFunc.apply(q, k, v, *args)
+    else:
+        out, lse = _paged_forward(q, k, v, *args)
     return (out, lse, None) if return_attn_probs else out
 
 
@@ -200,7 +232,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     low-level API): sequence b attends to only the first seqused_k[b] of its keys. block_table (int32
     (batch, max_blocks_per_seq)): k, v are a paged cache (num_blocks, page_size, nheads_k, d), page
     size a multiple of 16, and sequence b's cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys sit in pages
-    block_table[b]; forward only, as in flash-attn 2.x."""
+    block_table[b]; forward only, as in flash-attn 2.x (inputs may require grad; a backward through
+    the output raises NotImplementedError)."""
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
                       causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table,
                       varlen=True, seqused_k=seqused_k)

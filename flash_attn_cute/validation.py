@@ -257,9 +257,6 @@ def check_paged_kv(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_
     check_qkv(q, k[0], v[0], True)  # one page: the dtype, head and head dim rules
     if k.shape[:-1] != v.shape[:-1]:
         _fail(f"k {tuple(k.shape)} and v {tuple(v.shape)} must agree in all but the last dimension")
-    if q.size(-1) % ALIGN_ELEMENTS:
-        _fail(f"with block_table the head dim must be a multiple of {ALIGN_ELEMENTS}, got {q.size(-1)} (a paged "
-              "cache is not padded)")
     require_cu_seqlens(cu_seqlens_q, cu_seqlens_k)
     batch = cu_seqlens_k.numel() - 1
     capacity = check_block_table(block_table, batch, k, "k")

@@ -298,3 +298,35 @@ def test_varlen_paged_kv(page_size, causal, mods):
             _assert_lse_close(lse[:, q0:q1], lse_ref[0])
         except AssertionError as e:
             raise AssertionError(f"sequence {b} ({q1 - q0} rows, {n} keys): {e}") from None
+
+
+@pytest.mark.parametrize("d", [59, 128])
+def test_varlen_paged_kv_grad_inputs_and_odd_head_dim(d):
+    """The paged forward runs with inputs that require grad (flash-attn 2.x runs it; only the backward
+    is missing) and with a head dim that is not a multiple of 8 (q and the pages padded): its output
+    matches the reference, and a backward through it raises."""
+    torch.manual_seed(8)
+    seqlens_q, seqlens_k, page_size, nheads, nheads_k = [3, 50, 0, 129], [70, 1, 0, 200], 16, 4, 2
+    batch = len(seqlens_q)
+    pages_per_seq = max(-(-n // page_size) for n in seqlens_k)
+    num_pages = batch * pages_per_seq + 1
+    k_pages = _randn(num_pages, page_size, nheads_k, d, dtype=BF16).requires_grad_()
+    v_pages = _randn(num_pages, page_size, nheads_k, d, dtype=BF16).requires_grad_()
+    block_table = torch.randperm(num_pages, device="cuda")[:batch * pages_per_seq].view(batch, pages_per_seq).int()
+    cu_q = torch.tensor([0] + seqlens_q, device="cuda").cumsum(0).int()
+    cu_k = torch.tensor([0] + seqlens_k, device="cuda").cumsum(0).int()
+    q = _randn(int(cu_q[-1]), nheads, d, dtype=BF16).requires_grad_()
+    out = fac.flash_attn_varlen_func(q, k_pages, v_pages, cu_q, cu_k, max(seqlens_q), max(seqlens_k), causal=True,
+                                     block_table=block_table)
+    assert out.shape == q.shape and out.requires_grad
+    for b in range(batch):
+        q0, q1, n = cu_q[b].item(), cu_q[b + 1].item(), seqlens_k[b]
+        if q1 == q0:
+            continue
+        keys = k_pages.detach()[block_table[b].long()].flatten(0, 1)[:n].unsqueeze(0)
+        values = v_pages.detach()[block_table[b].long()].flatten(0, 1)[:n].unsqueeze(0)
+        ref, _ = attention_ref(q.detach()[None, q0:q1], keys, values, causal=True)
+        ref_lowp, _ = attention_ref(q.detach()[None, q0:q1], keys, values, causal=True, upcast=False, reorder_ops=True)
+        _assert_close_rule(out.detach()[q0:q1], ref[0], ref_lowp[0])
+    with pytest.raises(NotImplementedError, match=r"block_table \(a paged K / V\) has no backward"):
+        out.float().sum().backward()

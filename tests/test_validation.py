@@ -346,10 +346,10 @@ PAGED = {
         t(T, H, D), t(3, 16, H, D), t(3, 16, H, D), CU, CU, 7, 33, block_table=torch.zeros(len(CU) - 1, 2,
                                                                                          dtype=torch.int32)),
         r"max_seqlen_k \(33\) is more keys than a block_table row's pages hold \(32\)"),
-    "head_dim": (lambda **kw: fac.flash_attn_varlen_func(
-        t(T, H, 60), t(3, 16, H, 60), t(3, 16, H, 60), CU, CU, 7, 7, block_table=torch.zeros(len(CU) - 1, 2,
-                                                                                           dtype=torch.int32)),
-        r"with block_table the head dim must be a multiple of 8"),
+    "fwd_head_dim": (lambda **kw: fac.fwd(
+        t(T, H, 60), t(3, 16, H, 60), t(3, 16, H, 60), cu_seqlens_q=CU, cu_seqlens_k=CU, max_seqlen_q=7,
+        max_seqlen_k=7, block_table=torch.zeros(len(CU) - 1, 2, dtype=torch.int32)),
+        r"fwd needs a head dim that is a multiple of 8, got 60"),
     "table_stride": (_paged(table=torch.zeros(2, len(CU) - 1, dtype=torch.int32).t()),
                      r"block_table must have a contiguous last dimension"),
 }
@@ -361,12 +361,36 @@ def test_paged_varlen_bad_input(case):
     raises(msg, fn)
 
 
-def test_paged_varlen_has_no_backward():
-    q = t(T, H, D).requires_grad_()
-    raises(r"block_table \(a paged K / V\) has no backward",
-           lambda: fac.flash_attn_varlen_func(q, t(3, 16, H, D), t(3, 16, H, D), CU, CU, 7, 7,
-                                              block_table=torch.zeros(len(CU) - 1, 2, dtype=torch.int32)),
-           exc=NotImplementedError)
+@pytest.mark.parametrize("d", [D, 59])
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_paged_varlen_forward(grad, d, monkeypatch):
+    """flash_attn_varlen_func over a paged K / V runs its forward whether or not the inputs require
+    grad, with a head dim that is not a multiple of 8 padded (q and every page) as flash-attn 2.x
+    pads it; with grad the output joins the graph, and only its backward raises."""
+    import math
+    from flash_attn_cute import _ops, interface, validation
+    seen = []
+
+    def fake_run_fwd(q, k, v, out, scale, causal, cu_q, cu_k, max_q, max_k, window, softcap, alibi, seqused_k,
+                     dropout_p, block_table):
+        seen.append((q.shape, k.shape, v.shape, scale, block_table is not None))
+        return torch.full_like(q, 2.0), torch.zeros(q.size(1), q.size(0))
+
+    pages = (t(3, 16, H, d), t(3, 16, H, d))
+    raises(DEVICE_MSG, lambda: fac.flash_attn_varlen_func(t(T, H, d).requires_grad_(grad), *pages, CU, CU, 7, 7,
+                                                          block_table=torch.zeros(3, 2, dtype=torch.int32)))
+    monkeypatch.setattr(validation, "check_device", lambda **tensors: None)
+    monkeypatch.setattr(_ops, "_require_kernel", lambda *args, **kwargs: None)
+    monkeypatch.setattr(interface, "run_fwd", fake_run_fwd)
+    q = t(T, H, d).requires_grad_(grad)
+    out, lse, _ = fac.flash_attn_varlen_func(q, *pages, CU, CU, 7, 7, block_table=torch.zeros(3, 2, dtype=torch.int32),
+                                             return_attn_probs=True)
+    padded = -(-d // 8) * 8
+    assert seen == [((T, H, padded), (3, 16, H, padded), (3, 16, H, padded), pytest.approx(1 / math.sqrt(d)), True)]
+    assert out.shape == q.shape and (out == 2).all() and out.requires_grad == grad and not lse.requires_grad
+    if grad:
+        with pytest.raises(NotImplementedError, match=r"block_table \(a paged K / V\) has no backward"):
+            out.sum().backward()
 
 
 SCORE_MODS = {  # bad window / softcap / ALiBi arguments (2 sequences, or 3 in varlen; H heads)
