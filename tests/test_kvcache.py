@@ -330,3 +330,31 @@ def test_varlen_paged_kv_grad_inputs_and_odd_head_dim(d):
         _assert_close_rule(out.detach()[q0:q1], ref[0], ref_lowp[0])
     with pytest.raises(NotImplementedError, match=r"block_table \(a paged K / V\) has no backward"):
         out.float().sum().backward()
+
+
+@pytest.mark.parametrize("page_size", [None, 16], ids=["dense", "page16"])
+@pytest.mark.parametrize("d", [59, 111])
+def test_kvcache_head_dim_not_a_multiple_of_8(d, page_size):
+    """Head dims that are not a multiple of 8 run on padded copies (flash-attn 2.x pads them): the
+    appended rows (rotated) land in the caller's caches in place, every other row untouched, and out
+    (of the caller's head dim) is within the accuracy rule of the float32 reference."""
+    torch.manual_seed(9)
+    out = _run_and_check(d=d, seqlen_new=3, rotary="interleaved", page_size=page_size, capacity=256)
+    assert out.shape[-1] == d
+    _run_and_check(d=d, seqlen_q=4, causal=True, capacity=320, page_size=page_size)  # nothing appended
+
+
+def test_kvcache_strided_q_k_v():
+    """q, k, v in layouts the kernels cannot read are copied: the same output and caches as
+    contiguous inputs give."""
+    torch.manual_seed(10)
+    q = _randn(2, 3, 64, 8, dtype=BF16).transpose(-1, -2)  # (2, 3, 8, 64), head stride 1
+    k_new = _randn(2, 3, 2, 128, dtype=BF16)[..., ::2]  # (2, 3, 2, 64), last dim strided
+    v_new = _randn(2 * 3 * 2 * 64 + 1, dtype=BF16)[1:].view(2, 3, 2, 64)  # misaligned pointer
+    caches = [_randn(2, 256, 2, 64, dtype=BF16) for _ in range(2)]
+    seqlens = torch.tensor([17, 200], device="cuda", dtype=I32)
+    copies = [c.clone() for c in caches]
+    out = fac.flash_attn_with_kvcache(q, *caches, k_new, v_new, cache_seqlens=seqlens, causal=True)
+    want = fac.flash_attn_with_kvcache(q.contiguous(), *copies, k_new.contiguous(), v_new.contiguous(),
+                                       cache_seqlens=seqlens, causal=True)
+    assert torch.equal(out, want) and all(torch.equal(a, b) for a, b in zip(caches, copies))
