@@ -6,7 +6,42 @@ import torch.nn.functional as F
 
 from . import validation as V
 from ._ops import _require_kernel, check_fwd, dropout_mask, kernel_input, run_bwd, run_fwd
-from .reference import attention_probs_ref
+from .reference import attention_scores_ref
+
+
+def maybe_contiguous(x):
+    """x, or a contiguous copy when its last dim is strided (None stays None), as flash-attn 2.x's
+    helper of that name."""
+    return x.contiguous() if x is not None and x.stride(-1) != 1 else x
+
+
+def round_multiple(x, m):
+    """x rounded up to a multiple of m."""
+    return (x + m - 1) // m * m
+
+
+def _get_block_size_n(device, head_dim, is_dropout, is_causal):
+    """The key block width of flash-attn 2.x's forward kernels on `device` (its table, by compute
+    capability; a non-CUDA device takes sm_80's): the blocks the S_dmask encoding of
+    return_attn_probs (_flash_attn_S) is relative to, and flash-attn's tests split by."""
+    if head_dim > V.MAX_HEAD_DIM:
+        V._fail(f"head dim must be in [1, {V.MAX_HEAD_DIM}], got {head_dim}")
+    device = torch.device(device)
+    major, minor = torch.cuda.get_device_capability(device) if device.type == "cuda" else (8, 0)
+    sm8x = major == 8 and minor > 0  # sm_86 / sm_89, not sm_80
+    if head_dim <= 32:
+        return 128
+    if head_dim <= 64:
+        return 64 if is_dropout else 128
+    if head_dim <= 96:
+        return 64
+    if head_dim <= 128:
+        if sm8x:
+            return 64 if is_causal and not is_dropout else 32
+        return 32 if is_dropout else 64
+    if head_dim <= 160:
+        return 64 if sm8x else 32
+    return 64
 
 
 def _round_up_head_dim(x):
@@ -82,15 +117,31 @@ class _FlashAttnFunc(torch.autograd.Function):
         return tuple(_unpad_head_dim(g, head_dim) for g in (dq, dk, dv)) + (None,) * 12
 
 
-def _attn_probs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, rng_state, softmax_scale,
-                causal, window_size, softcap, alibi_slopes, seqused_k):
-    """return_attn_probs with dropout: the attention probabilities (float32 (batch, nheads, seqlen_q,
-    seqlen_k), recomputed in float32, zero past each sequence's lengths) with the entries dropout
-    dropped negated. For tests: O(seqlen^2) memory, and varlen reads cu_seqlens on the host."""
-    mods = dict(causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap)
+def _flash_attn_S(scores, block_n):
+    """flash-attn 2.x's S_dmask values for the logits `scores` (float32 (..., seqlen_k), -inf where
+    masked): exp(s - M_b), where M_b is the row's running maximum when its kernel, walking the key
+    blocks of width block_n from the last to the first, has reached the block b of s (the maximum
+    over blocks b..last); 0 where masked. Multiplying block b by exp(M_b - lse) (flash-attn's test
+    helper normalize_flash_attn_S) recovers the probabilities."""
+    seqlen_k = scores.size(-1)
+    nblocks = -(-seqlen_k // block_n)
+    blocks = F.pad(scores, (0, nblocks * block_n - seqlen_k), value=-math.inf).unflatten(-1, (nblocks, block_n))
+    running_max = blocks.amax(-1).flip(-1).cummax(-1).values.flip(-1)
+    running_max = running_max.masked_fill(running_max == -math.inf, 0.0)  # no key from block b on: exp(-inf) = 0
+    return (blocks - running_max.unsqueeze(-1)).exp().flatten(-2)[..., :seqlen_k]
+
+
+def _attn_probs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, keep, softmax_scale, causal, window,
+                softcap, alibi_slopes, seqused_k):
+    """return_attn_probs' S_dmask with dropout, in flash-attn 2.x's encoding: float32 (batch, nheads,
+    max_seqlen_q, max_seqlen_k) holding exp(s - M_b) (_flash_attn_S, on the logits s recomputed in
+    float32, block width _get_block_size_n(q.device, head dim, True, causal)), negated where dropout
+    dropped the entry (keep: the bool keep mask), 0 outside the mask and past each sequence's
+    lengths. For tests: O(seqlen^2) memory, and varlen reads cu_seqlens on the host."""
+    block_n = _get_block_size_n(q.device, q.size(-1), True, causal)
+    mods = dict(causal=causal, softmax_scale=softmax_scale, window_size=window, softcap=softcap)
     if cu_seqlens_q is None:
-        probs = attention_probs_ref(q, k, alibi_slopes=alibi_slopes, **mods)
-        batch = q.size(0)
+        probs = _flash_attn_S(attention_scores_ref(q, k, alibi_slopes=alibi_slopes, **mods), block_n)
     else:
         batch = cu_seqlens_q.numel() - 1
         probs = q.new_zeros((batch, q.size(-2), max_seqlen_q, max_seqlen_k), dtype=torch.float32)
@@ -101,10 +152,9 @@ def _attn_probs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dr
             if used is not None:
                 len_k = max(0, min(len_k, used[b]))
             slopes = alibi_slopes if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes[b:b + 1]
-            probs[b, :, :len_q, :len_k] = attention_probs_ref(
-                q[None, cu_q[b]:cu_q[b + 1]], k[None, cu_k[b]:cu_k[b] + len_k], alibi_slopes=slopes, **mods)[0]
-    keep = dropout_mask(rng_state, dropout_p, batch, q.size(-2), probs.size(-2), probs.size(-1), cu_seqlens_q,
-                        cu_seqlens_k)
+            scores = attention_scores_ref(q[None, cu_q[b]:cu_q[b + 1]], k[None, cu_k[b]:cu_k[b] + len_k],
+                                          alibi_slopes=slopes, **mods)
+            probs[b, :, :len_q, :len_k] = _flash_attn_S(scores, block_n)[0]
     return torch.where(keep, probs, -probs)
 
 
@@ -134,10 +184,19 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     if not return_attn_probs:
         return out
     if not dropout_p:
-        return out, lse, None
-    probs = _attn_probs(q.detach(), k.detach(), cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
-                        rng_state, softmax_scale, causal, window_size, softcap, alibi_slopes, seqused_k)
+        return out, lse, _no_attn_probs(q)
+    batch = q.size(0) if cu_seqlens_q is None else cu_seqlens_q.numel() - 1
+    seqlen_q, seqlen_k = (q.size(1), k.size(1)) if cu_seqlens_q is None else (max_seqlen_q, max_seqlen_k)
+    keep = dropout_mask(rng_state, dropout_p, batch, q.size(-2), seqlen_q, seqlen_k, cu_seqlens_q, cu_seqlens_k)
+    probs = _attn_probs(q.detach(), k.detach(), cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, keep,
+                        softmax_scale, causal, window, softcap, alibi_slopes, seqused_k)
     return out, lse, probs
+
+
+def _no_attn_probs(q):
+    """return_attn_probs' third value without dropout: an empty tensor of q's dtype, as flash-attn
+    2.7+ returns (its kernels write the probabilities only with dropout)."""
+    return q.new_empty((0,))
 
 
 def _paged_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window,
@@ -185,7 +244,7 @@ def _paged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         out, lse = _PagedAttnFunc.apply(q, k, v, *args)
     else:
         out, lse = _paged_forward(q, k, v, *args)
-    return (out, lse, None) if return_attn_probs else out
+    return (out, lse, _no_attn_probs(q)) if return_attn_probs else out
 
 
 def _unpack(packed, dim, n, name):
@@ -198,9 +257,13 @@ def _unpack(packed, dim, n, name):
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                     softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """q: (batch, seqlen_q, nheads, d); k, v: (batch, seqlen_k, nheads_k, d). Returns out like q,
-    or with return_attn_probs (out, softmax_lse, probs): with dropout_p > 0, probs is float32 (batch,
-    nheads, seqlen_q, seqlen_k) with the entries dropout dropped negated (for tests: recomputed in
-    O(seqlen^2) memory); None without dropout, as in flash-attn 2.x.
+    or with return_attn_probs (out, softmax_lse, S_dmask). With dropout_p > 0, S_dmask is float32
+    (batch, nheads, seqlen_q, seqlen_k) in flash-attn 2.x's encoding: exp(s - M_b) for the logit s
+    (scaled, capped, ALiBi-biased) of each visible entry, where M_b is the row's maximum logit over
+    key blocks b..last (blocks of _get_block_size_n(q.device, d, True, causal) keys), negated where
+    dropout dropped the entry, 0 where masked; block b times exp(M_b - softmax_lse) gives the
+    probabilities (flash-attn's test helper normalize_flash_attn_S). For tests: recomputed in
+    O(seqlen^2) memory. Without dropout S_dmask is an empty tensor, as in flash-attn 2.7+.
     dropout_p drops attention probabilities (training) with torch's CUDA generator: torch.manual_seed
     reproduces a run, and the backward redraws the same mask."""
     return _attention(q, k, v, None, None, None, None, dropout_p, softmax_scale, causal, window_size, softcap,
