@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from . import validation as V
-from ._ops import _require_kernel, check_fwd, dropout_mask, kernel_input, run_bwd, run_fwd
+from ._ops import _require_kernel, bwd, check_fwd, dropout_mask, kernel_input, run_bwd, run_fwd
 from .reference import attention_scores_ref
 
 
@@ -185,12 +185,20 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
         return out
     if not dropout_p:
         return out, lse, _no_attn_probs(q)
+    return out, lse, _dropout_attn_probs(q.detach(), k.detach(), rng_state, dropout_p, cu_seqlens_q, cu_seqlens_k,
+                                         max_seqlen_q, max_seqlen_k, softmax_scale, causal, window, softcap,
+                                         alibi_slopes, seqused_k)
+
+
+def _dropout_attn_probs(q, k, rng_state, dropout_p, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                        softmax_scale, causal, window, softcap, alibi_slopes, seqused_k):
+    """_attn_probs under the keep mask the forward that returned rng_state applied, on arguments
+    check_fwd passed (max_seqlen_q / _k are q's and k's lengths without cu_seqlens)."""
     batch = q.size(0) if cu_seqlens_q is None else cu_seqlens_q.numel() - 1
-    seqlen_q, seqlen_k = (q.size(1), k.size(1)) if cu_seqlens_q is None else (max_seqlen_q, max_seqlen_k)
-    keep = dropout_mask(rng_state, dropout_p, batch, q.size(-2), seqlen_q, seqlen_k, cu_seqlens_q, cu_seqlens_k)
-    probs = _attn_probs(q.detach(), k.detach(), cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, keep,
-                        softmax_scale, causal, window, softcap, alibi_slopes, seqused_k)
-    return out, lse, probs
+    keep = dropout_mask(rng_state, dropout_p, batch, q.size(-2), max_seqlen_q, max_seqlen_k, cu_seqlens_q,
+                        cu_seqlens_k)
+    return _attn_probs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, keep, softmax_scale, causal,
+                       window, softcap, alibi_slopes, seqused_k)
 
 
 def _no_attn_probs(q):
@@ -318,3 +326,97 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
     k, v = _unpack(kv, 1, 2, "kv")
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
                       causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, varlen=True)
+
+
+# --- flash-attn 2.7+'s low-level helpers (flash_attn_interface._flash_attn_*), over fwd / bwd ---
+def _flash_attn_forward(q, k, v, dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap,
+                        alibi_slopes, return_softmax):
+    """q: (batch, seqlen_q, nheads, d), k, v: (batch, seqlen_k, nheads_k, d), d a multiple of 8 (the
+    callers pad, as flash-attn's do). Returns (out, softmax_lse, S_dmask, rng_state): S_dmask as
+    return_attn_probs' (return_softmax needs dropout_p > 0), else an empty tensor; rng_state int64
+    (2,) (unset without dropout), for _flash_attn_backward."""
+    return _low_level_forward(q, k, v, None, None, None, None, dropout_p, softmax_scale, causal,
+                              (window_size_left, window_size_right), softcap, alibi_slopes, return_softmax)
+
+
+def _flash_attn_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                               softmax_scale, causal, window_size_left=-1, window_size_right=-1, softcap=0.0,
+                               alibi_slopes=None, return_softmax=False, block_table=None, leftpad_k=None,
+                               seqused_k=None, zero_tensors=False):
+    """_flash_attn_forward's varlen form: q (total_q, nheads, d), k, v (total_k, nheads_k, d), or paged
+    (num_blocks, page_size, nheads_k, d) with block_table. zero_tensors changes nothing: every row of
+    out and softmax_lse is written (rows outside every sequence: 0 and +inf). leftpad_k is not
+    supported (flash_attn_with_kvcache's cache_leftpad is)."""
+    if leftpad_k is not None:
+        raise NotImplementedError("flash_attn_cute: _flash_attn_varlen_forward does not take leftpad_k "
+                                  "(flash_attn_with_kvcache takes cache_leftpad)")
+    return _low_level_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                              softmax_scale, causal, (window_size_left, window_size_right), softcap, alibi_slopes,
+                              return_softmax, block_table, seqused_k)
+
+
+def _low_level_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                       causal, window_size, softcap, alibi_slopes, return_softmax, block_table=None, seqused_k=None):
+    if return_softmax and not dropout_p:
+        V._fail("return_softmax needs dropout_p > 0 (S_dmask is written only with dropout, as in flash-attn 2.x)")
+    q, k, v = (kernel_input(x) if isinstance(x, torch.Tensor) else x for x in (q, k, v))
+    max_seqlen_q, max_seqlen_k, window = check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                   causal, window_size, softcap, alibi_slopes, seqused_k, dropout_p,
+                                                   block_table)
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(q.size(-1))
+    out, lse, *rng_state = run_fwd(q, k, v, None, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                   max_seqlen_k, window, softcap, alibi_slopes, seqused_k, dropout_p, block_table)
+    rng_state = rng_state[0] if rng_state else torch.empty(2, dtype=torch.int64, device=q.device)
+    if not return_softmax:
+        return out, lse, _no_attn_probs(q), rng_state
+    S_dmask = _dropout_attn_probs(q, k, rng_state, dropout_p, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                  softmax_scale, causal, window, softcap, alibi_slopes, seqused_k)
+    return out, lse, S_dmask, rng_state
+
+
+def _flash_attn_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p, softmax_scale, causal,
+                         window_size_left, window_size_right, softcap, alibi_slopes, deterministic, rng_state=None):
+    """The backward of _flash_attn_forward: writes the gradients into dq, dk, dv (like q, k, v; a
+    layout the kernels take) and returns softmax_d, flash-attn 2.x's float32 (batch, nheads,
+    round_multiple(seqlen_q, 128)) row sums D = rowsum(dout * out) * (1 - dropout_p) (0 past seqlen_q)."""
+    _low_level_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, None, None, None, None, dropout_p, softmax_scale,
+                        causal, (window_size_left, window_size_right), softcap, alibi_slopes, deterministic, rng_state)
+    return _softmax_d(dout, out, dropout_p, None)
+
+
+def _flash_attn_varlen_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                max_seqlen_k, dropout_p, softmax_scale, causal, window_size_left, window_size_right,
+                                softcap, alibi_slopes, deterministic, rng_state=None, zero_tensors=False):
+    """_flash_attn_backward's varlen form; softmax_d is (nheads, total_q + 128 * batch), sequence b's
+    rows from column cu_seqlens_q[b] + 128 * b, as flash-attn 2.x lays it out. zero_tensors changes
+    nothing (every gradient row is written)."""
+    _low_level_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                        max_seqlen_k, dropout_p, softmax_scale, causal, (window_size_left, window_size_right), softcap,
+                        alibi_slopes, deterministic, rng_state)
+    return _softmax_d(dout, out, dropout_p, cu_seqlens_q)
+
+
+def _low_level_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                        max_seqlen_k, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                        deterministic, rng_state):
+    dout, q, k, v, out = (kernel_input(x) if isinstance(x, torch.Tensor) else x for x in (dout, q, k, v, out))
+    bwd(dout, q, k, v, out, softmax_lse, dq, dk, dv, softmax_scale=softmax_scale, causal=causal,
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+        deterministic=deterministic, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+        dropout_p=dropout_p, rng_state=rng_state if dropout_p else None)
+
+
+def _softmax_d(dout, out, dropout_p, cu_seqlens_q):
+    """flash-attn 2.x's softmax_d: rowsum(dout * out) * (1 - dropout_p) in float32, (batch, nheads,
+    seqlen_q rounded up to 128) or varlen (nheads, total_q + 128 * batch), 0 where no row maps."""
+    rows = (dout.float() * out.float()).sum(-1) * (1 - dropout_p)  # (batch, seqlen_q, nheads) / (total_q, nheads)
+    if cu_seqlens_q is None:
+        rows = rows.transpose(1, 2)
+        return F.pad(rows, (0, round_multiple(rows.size(-1), 128) - rows.size(-1)))
+    total_q, batch = rows.size(0), cu_seqlens_q.numel() - 1
+    index = torch.arange(total_q, device=rows.device, dtype=cu_seqlens_q.dtype)
+    sequence = torch.searchsorted(cu_seqlens_q[1:], index, right=True)  # rows past cu_seqlens_q[-1]: batch
+    softmax_d = rows.new_zeros(rows.size(1), total_q + 128 * batch)
+    softmax_d[:, index + 128 * sequence] = rows.t()
+    return softmax_d

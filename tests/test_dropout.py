@@ -106,7 +106,7 @@ def test_dropout_attn_probs_encoding(head_dim, causal):
     reference's probabilities from it; its sign is the mask the forward applied (the output matches
     the reference under it, and about 1 - p of the visible entries are kept). Without dropout the
     third value is an empty tensor of q's dtype (flash-attn 2.7+)."""
-    from flash_attn_cute.interface import _get_block_size_n
+    from flash_attn_cute.flash_attn_interface import _get_block_size_n
     from flash_attn_cute.reference import attention_probs_ref
     from test_attn_probs import naive_scores, normalize_flash_attn_S
     torch.manual_seed(4)
