@@ -56,14 +56,13 @@ def _unpad_head_dim(x, head_dim):
 
 
 def _kernel_layout(x):
-    """x itself if the kernels take its layout, else a contiguous copy (for gradients, whose
+    """x itself if the kernels take its layout, else a copy (kernel_input; for gradients, whose
     layout the caller does not choose). torch.compile cannot trace storage_offset() (nor a data
     pointer) in a backward graph, so there the gradient is simply made contiguous (a no-op for the
     usual contiguous one)."""
     if torch.compiler.is_compiling():
         return x.contiguous()
-    ok = x.data_ptr() % 16 == 0 and V.layout_problem("dout", x) is None
-    return x if ok else x.contiguous()
+    return kernel_input(x)
 
 
 def _padded_forward(q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window,

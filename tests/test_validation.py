@@ -130,6 +130,18 @@ def _fake_kernels(monkeypatch, seen):
     monkeypatch.setattr(interface, "run_bwd", fake_run_bwd)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_strided_dout_is_copied_for_the_kernels(layout, monkeypatch):
+    """The backward copies a gradient in a layout the kernels cannot read (a contiguous one at a
+    misaligned address too, which contiguous() would return as it is)."""
+    seen = []
+    _fake_kernels(monkeypatch, seen)
+    dout = LAYOUTS[layout][0]()
+    q, k, v = (x.requires_grad_() for x in qkv(b=dout.size(0), h=dout.size(2)))
+    fac.flash_attn_func(q, k, v).backward(dout)
+    assert seen == [[None] * 3, [None] * 4]
+
+
 @pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
 @pytest.mark.parametrize("fn", ["func", "kvpacked", "varlen"])
 @pytest.mark.parametrize("layout", LAYOUTS)
