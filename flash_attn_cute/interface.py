@@ -378,7 +378,9 @@ def _flash_attn_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p,
                          window_size_left, window_size_right, softcap, alibi_slopes, deterministic, rng_state=None):
     """The backward of _flash_attn_forward: writes the gradients into dq, dk, dv (like q, k, v; a
     layout the kernels take) and returns softmax_d, flash-attn 2.x's float32 (batch, nheads,
-    round_multiple(seqlen_q, 128)) row sums D = rowsum(dout * out) * (1 - dropout_p) (0 past seqlen_q)."""
+    round_multiple(seqlen_q, 128)) row sums D = rowsum(dout * out) * (1 - dropout_p) (0 past seqlen_q).
+    With dropout, D comes from the rounded out, as in flash-attn 2.x (flash_attn_func's backward
+    also adds out's rounding residual, which this signature has no room for)."""
     _low_level_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, None, None, None, None, dropout_p, softmax_scale,
                         causal, (window_size_left, window_size_right), softcap, alibi_slopes, deterministic, rng_state)
     return _softmax_d(dout, out, dropout_p, None)

@@ -188,10 +188,12 @@ def test_forward_backward_match_reference(causal, dropout_p):
     from flash_attn_cute.reference import attention_ref
     from test_bwd import _check_grads
     from test_fwd import _check, _randn
+    # fp16: the backward takes D from the rounded out (no out_residual in flash-attn's signature),
+    # whose rounding error bf16's 8-bit mantissa makes large enough to matter with dropout (README).
     torch.manual_seed(12)
-    q = _randn(2, 200, 4, 64, dtype=BF16)
-    k, v = (_randn(2, 257, 2, 64, dtype=BF16) for _ in range(2))
-    dout = _randn(2, 200, 4, 64, dtype=BF16)
+    q = _randn(2, 200, 4, 64, dtype=F16)
+    k, v = (_randn(2, 257, 2, 64, dtype=F16) for _ in range(2))
+    dout = _randn(2, 200, 4, 64, dtype=F16)
     out, lse, S_dmask, rng_state = fai._flash_attn_forward(q, k, v, dropout_p, 64 ** -0.5, causal, -1, -1, 0.0, None,
                                                            dropout_p > 0)
     mods = dict(dropout_p=dropout_p, dropout_mask=~S_dmask.signbit()) if dropout_p else {}
