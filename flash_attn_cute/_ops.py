@@ -112,6 +112,16 @@ if _C is not None:
         return q.new_empty((q.size(0), q.size(2), q.size(1)), dtype=torch.float32)
 
 
+def kernel_input(x):
+    """x itself if the kernels take its layout (V.layout_problem), else a contiguous copy in fresh
+    (16-byte aligned) memory: flash-attn 2.x copies a q, k or v whose last dim is strided, and this
+    copies the misaligned ones too. clone, not contiguous(): a contiguous tensor at a misaligned
+    address would come back as it is."""
+    if V.layout_problem("x", x) is None:
+        return x
+    return x.clone(memory_format=torch.contiguous_format)
+
+
 def _check_aligned_head_dim(q, name):
     if q.size(-1) % V.ALIGN_ELEMENTS:
         V._fail(f"{name} needs a head dim that is a multiple of {V.ALIGN_ELEMENTS}, got {q.size(-1)} "
@@ -121,8 +131,7 @@ def _check_aligned_head_dim(q, name):
 def _check_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
     """The (max) sequence lengths the kernels run on."""
     if cu_seqlens_q is not None or cu_seqlens_k is not None:
-        V.check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-        return max_seqlen_q, max_seqlen_k
+        return V.check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     return q.size(1), k.size(1)
 
 
@@ -162,16 +171,18 @@ def check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, c
               alibi_slopes, seqused_k, dropout_p, block_table=None, out=None, out_residual=None, pads=False):
     """fwd's checks of its arguments; returns (max_seqlen_q, max_seqlen_k, window) as the kernels
     take them. pads: q, k, v are a flash_attn_* function's, which pads a head dim that is not a
-    multiple of 8 (into contiguous copies, whose layout needs no check) before calling run_fwd."""
+    multiple of 8 and copies a layout the kernels cannot take (kernel_input) before calling run_fwd,
+    so their layout needs no check."""
     if block_table is None:
         V.check_qkv(q, k, v, cu_seqlens_q is not None or cu_seqlens_k is not None)
-        if not pads:
-            _check_aligned_head_dim(q, "fwd")
         max_seqlen_q, max_seqlen_k = _check_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    else:  # the head dim and the varlen arguments are checked with the pages
-        V.check_paged_kv(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    else:  # the varlen arguments are checked with the pages
+        max_seqlen_q, max_seqlen_k = V.check_paged_kv(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k,
+                                                      max_seqlen_q, max_seqlen_k)
         if dropout_p:
             V._fail("a paged K / V (block_table) takes no dropout (it is for inference)")
+    if not pads:
+        _check_aligned_head_dim(q, "fwd")
     V.check_like("q", q, out=out, out_residual=out_residual)
     window = _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes)
     V.check_seqused_k(seqused_k, cu_seqlens_k)
@@ -179,7 +190,7 @@ def check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, c
     if out_residual is not None and not dropout_p:
         V._fail("out_residual is written by the dropout forward only (dropout_p > 0)")
     tensors = dict(q=q, k=k, v=v, out=out, out_residual=out_residual)
-    if not pads or q.size(-1) % V.ALIGN_ELEMENTS == 0:
+    if not pads:
         V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
     V.check_device(**tensors, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, block_table=block_table)
     _require_kernel(q.dtype, q.size(-1), causal, window, softcap, alibi_slopes, max_seqlen_k, dropout_p)

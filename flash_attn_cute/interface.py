@@ -5,8 +5,43 @@ import torch
 import torch.nn.functional as F
 
 from . import validation as V
-from ._ops import _require_kernel, check_fwd, dropout_mask, fwd, run_bwd, run_fwd
-from .reference import attention_probs_ref
+from ._ops import _require_kernel, bwd, check_fwd, dropout_mask, kernel_input, run_bwd, run_fwd
+from .reference import attention_scores_ref
+
+
+def maybe_contiguous(x):
+    """x, or a contiguous copy when its last dim is strided (None stays None), as flash-attn 2.x's
+    helper of that name."""
+    return x.contiguous() if x is not None and x.stride(-1) != 1 else x
+
+
+def round_multiple(x, m):
+    """x rounded up to a multiple of m."""
+    return (x + m - 1) // m * m
+
+
+def _get_block_size_n(device, head_dim, is_dropout, is_causal):
+    """The key block width of flash-attn 2.x's forward kernels on `device` (its table, by compute
+    capability; a non-CUDA device takes sm_80's): the blocks the S_dmask encoding of
+    return_attn_probs (_flash_attn_S) is relative to, and flash-attn's tests split by."""
+    if head_dim > V.MAX_HEAD_DIM:
+        V._fail(f"head dim must be in [1, {V.MAX_HEAD_DIM}], got {head_dim}")
+    device = torch.device(device)
+    major, minor = torch.cuda.get_device_capability(device) if device.type == "cuda" else (8, 0)
+    sm8x = major == 8 and minor > 0  # sm_86 / sm_89, not sm_80
+    if head_dim <= 32:
+        return 128
+    if head_dim <= 64:
+        return 64 if is_dropout else 128
+    if head_dim <= 96:
+        return 64
+    if head_dim <= 128:
+        if sm8x:
+            return 64 if is_causal and not is_dropout else 32
+        return 32 if is_dropout else 64
+    if head_dim <= 160:
+        return 64 if sm8x else 32
+    return 64
 
 
 def _round_up_head_dim(x):
@@ -21,23 +56,25 @@ def _unpad_head_dim(x, head_dim):
 
 
 def _kernel_layout(x):
-    """x itself if the kernels take its layout, else a contiguous copy (for gradients, whose
+    """x itself if the kernels take its layout, else a copy (kernel_input; for gradients, whose
     layout the caller does not choose). torch.compile cannot trace storage_offset() (nor a data
     pointer) in a backward graph, so there the gradient is simply made contiguous (a no-op for the
     usual contiguous one)."""
     if torch.compiler.is_compiling():
         return x.contiguous()
-    ok = x.data_ptr() % 16 == 0 and V.layout_problem("dout", x) is None
-    return x if ok else x.contiguous()
+    return kernel_input(x)
 
 
 def _padded_forward(q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window,
                     softcap, alibi_slopes, seqused_k, dropout_p, keep_residual):
-    """run_fwd on q, k, v padded to a head dim that is a multiple of 8. Returns the padded q, k, v,
-    out (padded), lse, rng_state (None without dropout) and, with dropout and keep_residual, out's
-    rounding residual, which makes the backward's row sums exact (_ops.fwd)."""
+    """run_fwd on q, k, v padded to a head dim that is a multiple of 8 (or copied where the kernels
+    cannot take their layout). Returns the padded q, k, v, out (padded), lse, rng_state (None
+    without dropout) and, with dropout and keep_residual, out's rounding residual, which makes the
+    backward's row sums exact (_ops.fwd)."""
     if q.size(-1) % V.ALIGN_ELEMENTS:
         q, k, v = (_round_up_head_dim(x) for x in (q, k, v))
+    else:
+        q, k, v = (kernel_input(x) for x in (q, k, v))
     residual = torch.empty_like(q) if dropout_p and keep_residual else None
     out, lse, *rng_state = run_fwd(q, k, v, None, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                    max_seqlen_k, window, softcap, alibi_slopes, seqused_k, dropout_p,
@@ -79,15 +116,31 @@ class _FlashAttnFunc(torch.autograd.Function):
         return tuple(_unpad_head_dim(g, head_dim) for g in (dq, dk, dv)) + (None,) * 12
 
 
-def _attn_probs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, rng_state, softmax_scale,
-                causal, window_size, softcap, alibi_slopes, seqused_k):
-    """return_attn_probs with dropout: the attention probabilities (float32 (batch, nheads, seqlen_q,
-    seqlen_k), recomputed in float32, zero past each sequence's lengths) with the entries dropout
-    dropped negated. For tests: O(seqlen^2) memory, and varlen reads cu_seqlens on the host."""
-    mods = dict(causal=causal, softmax_scale=softmax_scale, window_size=window_size, softcap=softcap)
+def _flash_attn_S(scores, block_n):
+    """flash-attn 2.x's S_dmask values for the logits `scores` (float32 (..., seqlen_k), -inf where
+    masked): exp(s - M_b), where M_b is the row's running maximum when its kernel, walking the key
+    blocks of width block_n from the last to the first, has reached the block b of s (the maximum
+    over blocks b..last); 0 where masked. Multiplying block b by exp(M_b - lse) (flash-attn's test
+    helper normalize_flash_attn_S) recovers the probabilities."""
+    seqlen_k = scores.size(-1)
+    nblocks = -(-seqlen_k // block_n)
+    blocks = F.pad(scores, (0, nblocks * block_n - seqlen_k), value=-math.inf).unflatten(-1, (nblocks, block_n))
+    running_max = blocks.amax(-1).flip(-1).cummax(-1).values.flip(-1)
+    running_max = running_max.masked_fill(running_max == -math.inf, 0.0)  # no key from block b on: exp(-inf) = 0
+    return (blocks - running_max.unsqueeze(-1)).exp().flatten(-2)[..., :seqlen_k]
+
+
+def _attn_probs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, keep, softmax_scale, causal, window,
+                softcap, alibi_slopes, seqused_k):
+    """return_attn_probs' S_dmask with dropout, in flash-attn 2.x's encoding: float32 (batch, nheads,
+    max_seqlen_q, max_seqlen_k) holding exp(s - M_b) (_flash_attn_S, on the logits s recomputed in
+    float32, block width _get_block_size_n(q.device, head dim, True, causal)), negated where dropout
+    dropped the entry (keep: the bool keep mask), 0 outside the mask and past each sequence's
+    lengths. For tests: O(seqlen^2) memory, and varlen reads cu_seqlens on the host."""
+    block_n = _get_block_size_n(q.device, q.size(-1), True, causal)
+    mods = dict(causal=causal, softmax_scale=softmax_scale, window_size=window, softcap=softcap)
     if cu_seqlens_q is None:
-        probs = attention_probs_ref(q, k, alibi_slopes=alibi_slopes, **mods)
-        batch = q.size(0)
+        probs = _flash_attn_S(attention_scores_ref(q, k, alibi_slopes=alibi_slopes, **mods), block_n)
     else:
         batch = cu_seqlens_q.numel() - 1
         probs = q.new_zeros((batch, q.size(-2), max_seqlen_q, max_seqlen_k), dtype=torch.float32)
@@ -98,10 +151,9 @@ def _attn_probs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dr
             if used is not None:
                 len_k = max(0, min(len_k, used[b]))
             slopes = alibi_slopes if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes[b:b + 1]
-            probs[b, :, :len_q, :len_k] = attention_probs_ref(
-                q[None, cu_q[b]:cu_q[b + 1]], k[None, cu_k[b]:cu_k[b] + len_k], alibi_slopes=slopes, **mods)[0]
-    keep = dropout_mask(rng_state, dropout_p, batch, q.size(-2), probs.size(-2), probs.size(-1), cu_seqlens_q,
-                        cu_seqlens_k)
+            scores = attention_scores_ref(q[None, cu_q[b]:cu_q[b + 1]], k[None, cu_k[b]:cu_k[b] + len_k],
+                                          alibi_slopes=slopes, **mods)
+            probs[b, :, :len_q, :len_k] = _flash_attn_S(scores, block_n)[0]
     return torch.where(keep, probs, -probs)
 
 
@@ -131,24 +183,75 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     if not return_attn_probs:
         return out
     if not dropout_p:
-        return out, lse, None
-    probs = _attn_probs(q.detach(), k.detach(), cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
-                        rng_state, softmax_scale, causal, window_size, softcap, alibi_slopes, seqused_k)
-    return out, lse, probs
+        return out, lse, _no_attn_probs(q)
+    return out, lse, _dropout_attn_probs(q.detach(), k.detach(), rng_state, dropout_p, cu_seqlens_q, cu_seqlens_k,
+                                         max_seqlen_q, max_seqlen_k, softmax_scale, causal, window, softcap,
+                                         alibi_slopes, seqused_k)
+
+
+def _dropout_attn_probs(q, k, rng_state, dropout_p, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                        softmax_scale, causal, window, softcap, alibi_slopes, seqused_k):
+    """_attn_probs under the keep mask the forward that returned rng_state applied, on arguments
+    check_fwd passed (max_seqlen_q / _k are q's and k's lengths without cu_seqlens)."""
+    batch = q.size(0) if cu_seqlens_q is None else cu_seqlens_q.numel() - 1
+    keep = dropout_mask(rng_state, dropout_p, batch, q.size(-2), max_seqlen_q, max_seqlen_k, cu_seqlens_q,
+                        cu_seqlens_k)
+    return _attn_probs(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, keep, softmax_scale, causal,
+                       window, softcap, alibi_slopes, seqused_k)
+
+
+def _no_attn_probs(q):
+    """return_attn_probs' third value without dropout: an empty tensor of q's dtype, as flash-attn
+    2.7+ returns (its kernels write the probabilities only with dropout)."""
+    return q.new_empty((0,))
+
+
+def _paged_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window,
+                   softcap, alibi_slopes, seqused_k, block_table):
+    """run_fwd over a paged K / V on arguments check_fwd passed, the head dim padded to a multiple of
+    8 (q and every page) as flash-attn 2.x pads it; returns (out, lse), out unpadded."""
+    head_dim = q.size(-1)
+    if head_dim % V.ALIGN_ELEMENTS:
+        q, k, v = (_round_up_head_dim(x) for x in (q, k, v))
+    else:
+        q, k, v = (kernel_input(x) for x in (q, k, v))
+    out, lse = run_fwd(q, k, v, None, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                       window, softcap, alibi_slopes, seqused_k, 0.0, block_table)
+    return _unpad_head_dim(out, head_dim), lse
+
+
+class _PagedAttnFunc(torch.autograd.Function):
+    """The paged forward for inputs that require grad: its output joins the autograd graph (as
+    flash-attn 2.x's does), and its backward raises, as flash-attn 2.x has none over a paged K / V."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, *args):
+        out, lse = _paged_forward(q, k, v, *args)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        raise NotImplementedError("flash_attn_cute: flash_attn_varlen_func with block_table (a paged K / V) has no "
+                                  "backward, as in flash-attn 2.x: the forward ran, but gradients cannot flow "
+                                  "through it")
 
 
 def _paged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
                      causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table, seqused_k):
     """flash_attn_varlen_func over a paged K / V: forward only, like flash-attn 2.x."""
-    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in (q, k, v)):
-        raise NotImplementedError("flash_attn_cute: flash_attn_varlen_func with block_table (a paged K / V) has no "
-                                  "backward, as in flash-attn 2.x: call it under torch.no_grad() or with tensors "
-                                  "that do not require grad")
-    out, lse = fwd(q, k, v, softmax_scale=softmax_scale, causal=causal, cu_seqlens_q=cu_seqlens_q,
-                   cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                   window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, seqused_k=seqused_k,
-                   dropout_p=dropout_p, block_table=block_table)
-    return (out, lse, None) if return_attn_probs else out
+    max_seqlen_q, max_seqlen_k, window = check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                   causal, window_size, softcap, alibi_slopes, seqused_k, dropout_p,
+                                                   block_table, pads=True)
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(q.size(-1))  # the caller's head dim, not the padded one
+    args = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window, softcap,
+            alibi_slopes, seqused_k, block_table)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        out, lse = _PagedAttnFunc.apply(q, k, v, *args)
+    else:
+        out, lse = _paged_forward(q, k, v, *args)
+    return (out, lse, _no_attn_probs(q)) if return_attn_probs else out
 
 
 def _unpack(packed, dim, n, name):
@@ -161,9 +264,13 @@ def _unpack(packed, dim, n, name):
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                     softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """q: (batch, seqlen_q, nheads, d); k, v: (batch, seqlen_k, nheads_k, d). Returns out like q,
-    or with return_attn_probs (out, softmax_lse, probs): with dropout_p > 0, probs is float32 (batch,
-    nheads, seqlen_q, seqlen_k) with the entries dropout dropped negated (for tests: recomputed in
-    O(seqlen^2) memory); None without dropout, as in flash-attn 2.x.
+    or with return_attn_probs (out, softmax_lse, S_dmask). With dropout_p > 0, S_dmask is float32
+    (batch, nheads, seqlen_q, seqlen_k) in flash-attn 2.x's encoding: exp(s - M_b) for the logit s
+    (scaled, capped, ALiBi-biased) of each visible entry, where M_b is the row's maximum logit over
+    key blocks b..last (blocks of _get_block_size_n(q.device, d, True, causal) keys), negated where
+    dropout dropped the entry, 0 where masked; block b times exp(M_b - softmax_lse) gives the
+    probabilities (flash-attn's test helper normalize_flash_attn_S). For tests: recomputed in
+    O(seqlen^2) memory. Without dropout S_dmask is an empty tensor, as in flash-attn 2.7+.
     dropout_p drops attention probabilities (training) with torch's CUDA generator: torch.manual_seed
     reproduces a run, and the backward redraws the same mask."""
     return _attention(q, k, v, None, None, None, None, dropout_p, softmax_scale, causal, window_size, softcap,
@@ -195,7 +302,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     low-level API): sequence b attends to only the first seqused_k[b] of its keys. block_table (int32
     (batch, max_blocks_per_seq)): k, v are a paged cache (num_blocks, page_size, nheads_k, d), page
     size a multiple of 16, and sequence b's cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys sit in pages
-    block_table[b]; forward only, as in flash-attn 2.x."""
+    block_table[b]; forward only, as in flash-attn 2.x (inputs may require grad; a backward through
+    the output raises NotImplementedError)."""
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
                       causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table,
                       varlen=True, seqused_k=seqused_k)
@@ -217,3 +325,99 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
     k, v = _unpack(kv, 1, 2, "kv")
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
                       causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, varlen=True)
+
+
+# --- flash-attn 2.7+'s low-level helpers (flash_attn_interface._flash_attn_*), over fwd / bwd ---
+def _flash_attn_forward(q, k, v, dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap,
+                        alibi_slopes, return_softmax):
+    """q: (batch, seqlen_q, nheads, d), k, v: (batch, seqlen_k, nheads_k, d), d a multiple of 8 (the
+    callers pad, as flash-attn's do). Returns (out, softmax_lse, S_dmask, rng_state): S_dmask as
+    return_attn_probs' (return_softmax needs dropout_p > 0), else an empty tensor; rng_state int64
+    (2,) (unset without dropout), for _flash_attn_backward."""
+    return _low_level_forward(q, k, v, None, None, None, None, dropout_p, softmax_scale, causal,
+                              (window_size_left, window_size_right), softcap, alibi_slopes, return_softmax)
+
+
+def _flash_attn_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                               softmax_scale, causal, window_size_left=-1, window_size_right=-1, softcap=0.0,
+                               alibi_slopes=None, return_softmax=False, block_table=None, leftpad_k=None,
+                               seqused_k=None, zero_tensors=False):
+    """_flash_attn_forward's varlen form: q (total_q, nheads, d), k, v (total_k, nheads_k, d), or paged
+    (num_blocks, page_size, nheads_k, d) with block_table. zero_tensors changes nothing: every row of
+    out and softmax_lse is written (rows outside every sequence: 0 and +inf). leftpad_k is not
+    supported (flash_attn_with_kvcache's cache_leftpad is)."""
+    if leftpad_k is not None:
+        raise NotImplementedError("flash_attn_cute: _flash_attn_varlen_forward does not take leftpad_k "
+                                  "(flash_attn_with_kvcache takes cache_leftpad)")
+    return _low_level_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                              softmax_scale, causal, (window_size_left, window_size_right), softcap, alibi_slopes,
+                              return_softmax, block_table, seqused_k)
+
+
+def _low_level_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                       causal, window_size, softcap, alibi_slopes, return_softmax, block_table=None, seqused_k=None):
+    if return_softmax and not dropout_p:
+        V._fail("return_softmax needs dropout_p > 0 (S_dmask is written only with dropout, as in flash-attn 2.x)")
+    q, k, v = (kernel_input(x) if isinstance(x, torch.Tensor) else x for x in (q, k, v))
+    max_seqlen_q, max_seqlen_k, window = check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                   causal, window_size, softcap, alibi_slopes, seqused_k, dropout_p,
+                                                   block_table)
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(q.size(-1))
+    out, lse, *rng_state = run_fwd(q, k, v, None, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                   max_seqlen_k, window, softcap, alibi_slopes, seqused_k, dropout_p, block_table)
+    rng_state = rng_state[0] if rng_state else torch.empty(2, dtype=torch.int64, device=q.device)
+    if not return_softmax:
+        return out, lse, _no_attn_probs(q), rng_state
+    S_dmask = _dropout_attn_probs(q, k, rng_state, dropout_p, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                  softmax_scale, causal, window, softcap, alibi_slopes, seqused_k)
+    return out, lse, S_dmask, rng_state
+
+
+def _flash_attn_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p, softmax_scale, causal,
+                         window_size_left, window_size_right, softcap, alibi_slopes, deterministic, rng_state=None):
+    """The backward of _flash_attn_forward: writes the gradients into dq, dk, dv (like q, k, v; a
+    layout the kernels take) and returns softmax_d, flash-attn 2.x's float32 (batch, nheads,
+    round_multiple(seqlen_q, 128)) row sums D = rowsum(dout * out) * (1 - dropout_p) (0 past seqlen_q).
+    With dropout, D comes from the rounded out, as in flash-attn 2.x (flash_attn_func's backward
+    also adds out's rounding residual, which this signature has no room for)."""
+    _low_level_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, None, None, None, None, dropout_p, softmax_scale,
+                        causal, (window_size_left, window_size_right), softcap, alibi_slopes, deterministic, rng_state)
+    return _softmax_d(dout, out, dropout_p, None)
+
+
+def _flash_attn_varlen_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                max_seqlen_k, dropout_p, softmax_scale, causal, window_size_left, window_size_right,
+                                softcap, alibi_slopes, deterministic, rng_state=None, zero_tensors=False):
+    """_flash_attn_backward's varlen form; softmax_d is (nheads, total_q + 128 * batch), sequence b's
+    rows from column cu_seqlens_q[b] + 128 * b, as flash-attn 2.x lays it out. zero_tensors changes
+    nothing (every gradient row is written)."""
+    _low_level_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                        max_seqlen_k, dropout_p, softmax_scale, causal, (window_size_left, window_size_right), softcap,
+                        alibi_slopes, deterministic, rng_state)
+    return _softmax_d(dout, out, dropout_p, cu_seqlens_q)
+
+
+def _low_level_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                        max_seqlen_k, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                        deterministic, rng_state):
+    dout, q, k, v, out = (kernel_input(x) if isinstance(x, torch.Tensor) else x for x in (dout, q, k, v, out))
+    bwd(dout, q, k, v, out, softmax_lse, dq, dk, dv, softmax_scale=softmax_scale, causal=causal,
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+        deterministic=deterministic, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+        dropout_p=dropout_p, rng_state=rng_state if dropout_p else None)
+
+
+def _softmax_d(dout, out, dropout_p, cu_seqlens_q):
+    """flash-attn 2.x's softmax_d: rowsum(dout * out) * (1 - dropout_p) in float32, (batch, nheads,
+    seqlen_q rounded up to 128) or varlen (nheads, total_q + 128 * batch), 0 where no row maps."""
+    rows = (dout.float() * out.float()).sum(-1) * (1 - dropout_p)  # (batch, seqlen_q, nheads) / (total_q, nheads)
+    if cu_seqlens_q is None:
+        rows = rows.transpose(1, 2)
+        return F.pad(rows, (0, round_multiple(rows.size(-1), 128) - rows.size(-1)))
+    total_q, batch = rows.size(0), cu_seqlens_q.numel() - 1
+    index = torch.arange(total_q, device=rows.device, dtype=cu_seqlens_q.dtype)
+    sequence = torch.searchsorted(cu_seqlens_q[1:], index, right=True)  # rows past cu_seqlens_q[-1]: batch
+    softmax_d = rows.new_zeros(rows.size(1), total_q + 128 * batch)
+    softmax_d[:, index + 128 * sequence] = rows.t()
+    return softmax_d

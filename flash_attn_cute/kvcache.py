@@ -8,6 +8,7 @@ import torch
 
 from . import _ops
 from . import validation as V
+from .interface import _round_up_head_dim
 
 MAX_SPLITS = 128  # include/flash_attn_cute/split_kv.h: kMaxSplits
 
@@ -39,9 +40,6 @@ def check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
     V.check_head_dim(head_dim, v_cache.size(-1))
     if nheads_k == 0 or nheads % nheads_k:
         V._fail(f"nheads ({nheads}) must be a multiple of nheads_k ({nheads_k})")
-    if head_dim % V.ALIGN_ELEMENTS:
-        V._fail(f"flash_attn_with_kvcache needs a head dim that is a multiple of {V.ALIGN_ELEMENTS}, got {head_dim} "
-                "(the cache is updated in place, so it cannot be padded)")
 
     if block_table is not None:
         capacity = V.check_block_table(block_table, batch, k_cache, "k_cache")
@@ -105,13 +103,19 @@ def check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
     if longest is not None and longest + seqlen_new > capacity:
         V._fail(f"cache_seqlens ({longest}) + the new keys ({seqlen_new}) exceed the cache capacity ({capacity})")
 
-    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits <= MAX_SPLITS:
-        V._fail(f"num_splits must be an int in [0, {MAX_SPLITS}] (0 = heuristic), got {num_splits!r}")
-    layouts = dict(q=q, k_cache=k_cache, v_cache=v_cache)
-    if k is not None:
-        layouts.update(k=k, v=v)
-    V.check_layout(**layouts)
-    V.check_device(**layouts, rotary_cos=rotary_cos, rotary_sin=rotary_sin, block_table=block_table,
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits > MAX_SPLITS:
+        V._fail(f"num_splits must be an int of at most {MAX_SPLITS} (below 1: the heuristic), got {num_splits!r}")
+    # The caches are written in place, so their layout must be one the kernels take (with a head dim
+    # that is not a multiple of 8 they run as padded copies, written back: a contiguous last dim
+    # will do, as flash-attn 2.x asks); q, k and v are copied where it is not (_ops.kernel_input).
+    if head_dim % V.ALIGN_ELEMENTS == 0:
+        V.check_layout(k_cache=k_cache, v_cache=v_cache)
+    else:
+        for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+            if t.stride(-1) != 1:
+                V._fail(f"{name} must have a contiguous last dimension (stride(-1) == 1), got strides {t.stride()}")
+    V.check_device(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                   block_table=block_table,
                    cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
                    cache_seqlens=cache_seqlens if isinstance(cache_seqlens, torch.Tensor) else None)
     return capacity
@@ -128,14 +132,42 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     rotary_dim / 2) rotate them and q (q at cache_seqlens + its row when causal or local, else all
     rows at cache_seqlens, as flash-attn 2.x). cache_batch_idx picks the cache entry of each sequence; cache_leftpad[b] is where
     sequence b's keys start. Returns out like q, or (out, softmax_lse (batch, nheads, seqlen_q)) with
-    return_softmax_lse."""
+    return_softmax_lse. A head dim that is not a multiple of 8 runs on padded copies (of the caches
+    too, written back after an append), as in flash-attn 2.x: correct, but it copies the caches."""
     if q.dim() == 4:
         window_size = V.check_score_mods(window_size, softcap, alibi_slopes, q.size(0), q.size(2), q.device)
     capacity = check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                              cache_leftpad, block_table, num_splits)
     _ops._require_kernel(q.dtype, q.size(-1), causal, window_size, softcap, alibi_slopes, capacity)
+    head_dim = q.size(-1)
     if softmax_scale is None:
-        softmax_scale = q.size(-1) ** -0.5
+        softmax_scale = head_dim ** -0.5
+    args = (rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
+            window_size, softcap, rotary_interleaved, alibi_slopes, num_splits, capacity)
+    if head_dim % V.ALIGN_ELEMENTS == 0:
+        q = _ops.kernel_input(q)
+        if k is not None:
+            k, v = _ops.kernel_input(k), _ops.kernel_input(v)
+        out, lse = _run_kvcache(q, k_cache, v_cache, k, v, *args)
+    else:
+        # The kernels move 16-byte vectors: run on copies padded to a multiple of 8, the caches' too,
+        # and write the appended rows back into the caller's caches (the whole caches: slow, but
+        # correct), as flash-attn 2.x does.
+        q_pad, k_cache_pad, v_cache_pad, k_pad, v_pad = (None if x is None else _round_up_head_dim(x)
+                                                         for x in (q, k_cache, v_cache, k, v))
+        out, lse = _run_kvcache(q_pad, k_cache_pad, v_cache_pad, k_pad, v_pad, *args)
+        if k is not None:
+            k_cache.copy_(k_cache_pad[..., :head_dim])
+            v_cache.copy_(v_cache_pad[..., :head_dim])
+        out = out[..., :head_dim]
+    return (out, lse) if return_softmax_lse else out
+
+
+def _run_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+                 block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
+                 capacity):
+    """The kernels on checked arguments, head dim a multiple of 8: append k, v (rotated) to the
+    caches in place, then attend. Returns (out, lse)."""
     batch = q.size(0)
     if not isinstance(cache_seqlens, torch.Tensor):
         rows = capacity if cache_seqlens is None else cache_seqlens
@@ -158,5 +190,5 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.ops.flash_attn_cute.fwd_kvcache(q, k_cache, v_cache, out, seqused_k, cache_leftpad, cache_batch_idx,
                                                 block_table, softmax_scale, causal, *window_size, float(softcap),
-                                                alibi_slopes, num_splits)
-    return (out, lse) if return_softmax_lse else out
+                                                alibi_slopes, max(num_splits, 0))
+    return out, lse

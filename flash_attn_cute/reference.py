@@ -17,7 +17,7 @@ import math
 
 import torch
 
-__all__ = ["attention_probs_ref", "attention_ref", "attention_varlen_ref", "rotary_ref"]
+__all__ = ["attention_probs_ref", "attention_ref", "attention_scores_ref", "attention_varlen_ref", "rotary_ref"]
 
 
 def _compute_dtype(dtype, upcast):
@@ -78,8 +78,30 @@ def attention_probs_ref(q, k, causal=False, softmax_scale=None, window_size=(-1,
     return _probs(q.to(dtype), k.to(dtype), causal, softmax_scale, False, window_size, softcap, alibi_slopes)[0]
 
 
+def attention_scores_ref(q, k, causal=False, softmax_scale=None, window_size=(-1, -1), softcap=0.0,
+                         alibi_slopes=None):
+    """The logits whose softmax :func:`attention_probs_ref` takes, in float32: (batch, nheads,
+    seqlen_q, seqlen_k), scaled, capped, ALiBi-biased, -inf where the mask hides the key."""
+    dtype = _compute_dtype(q.dtype, True)
+    return _scores(q.to(dtype), k.to(dtype), causal, softmax_scale, False, window_size, softcap, alibi_slopes)[0]
+
+
 def _probs(q, k, causal, softmax_scale, reorder_ops, window_size, softcap, alibi_slopes):
     """(softmax probabilities (batch, nheads, seqlen_q, seqlen_k), lse) in q's dtype (lse float32)."""
+    scores, row_empty = _scores(q, k, causal, softmax_scale, reorder_ops, window_size, softcap, alibi_slopes)
+    lse = torch.logsumexp(scores.float(), dim=-1)  # -inf for empty rows
+    lse = lse.masked_fill(row_empty.view(1, 1, -1), float("inf"))
+
+    # Fully masked rows would give softmax NaN (and NaN gradients): softmax a row of zeros instead
+    # and zero its probabilities, so the output and every gradient of such a row are exactly 0.
+    empty = row_empty.view(1, 1, -1, 1)
+    attn = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
+    return attn, lse
+
+
+def _scores(q, k, causal, softmax_scale, reorder_ops, window_size, softcap, alibi_slopes):
+    """(the masked logits (batch, nheads, seqlen_q, seqlen_k) in q's dtype, -inf where hidden; the
+    rows that see no key, bool (seqlen_q,))."""
     batch, seqlen_q, nheads, d = q.shape
     _, seqlen_k, nheads_k, _ = k.shape
     assert k.shape[0] == batch and k.shape[3] == d
@@ -115,15 +137,7 @@ def _probs(q, k, causal, softmax_scale, reorder_ops, window_size, softcap, alibi
         masked |= offset > left
     scores = scores.masked_fill(masked, float("-inf"))
     row_empty = masked.all(dim=-1) if seqlen_k else torch.ones(seqlen_q, dtype=torch.bool, device=q.device)
-
-    lse = torch.logsumexp(scores.float(), dim=-1)  # -inf for empty rows
-    lse = lse.masked_fill(row_empty.view(1, 1, -1), float("inf"))
-
-    # Fully masked rows would give softmax NaN (and NaN gradients): softmax a row of zeros instead
-    # and zero its probabilities, so the output and every gradient of such a row are exactly 0.
-    empty = row_empty.view(1, 1, -1, 1)
-    attn = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
-    return attn, lse
+    return scores, row_empty
 
 
 def attention_varlen_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False,

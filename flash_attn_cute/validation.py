@@ -3,6 +3,8 @@
 Shapes, dtypes, head dims, strides and cu_seqlens are checked before the device, so a CPU-only
 machine can test all of it. Checks that would need a host read of a GPU tensor are not done.
 """
+import operator
+
 import torch
 
 MAX_HEAD_DIM = 256
@@ -11,8 +13,9 @@ ALIGN_ELEMENTS = 8  # 16 bytes of fp16 / bf16: the kernels move 16-byte vectors
 MAX_GRID_YZ = 65535  # batch and nheads index grid.y / grid.z
 
 
-class FlashAttnInputError(ValueError):
-    """Raised for tensors or arguments the kernels cannot take."""
+class FlashAttnInputError(ValueError, RuntimeError):
+    """Raised for tensors or arguments the kernels cannot take. A ValueError, and a RuntimeError as
+    flash-attn 2.x's TORCH_CHECK failures are, so callers catching either see it."""
 
 
 def _fail(msg):
@@ -117,7 +120,8 @@ def require_cu_seqlens(cu_seqlens_q, cu_seqlens_k):
 
 
 def check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_k=None):
-    """total_k: the key rows cu_seqlens_k may span (k.size(0); a paged K / V's batch * capacity)."""
+    """total_k: the key rows cu_seqlens_k may span (k.size(0); a paged K / V's batch * capacity).
+    Returns (max_seqlen_q, max_seqlen_k) as ints (as_seqlen)."""
     total_k = k.size(0) if total_k is None else total_k
     require_cu_seqlens(cu_seqlens_q, cu_seqlens_k)
     check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.size(0))
@@ -125,11 +129,29 @@ def check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, t
     if cu_seqlens_q.numel() != cu_seqlens_k.numel():
         _fail(f"cu_seqlens_q ({cu_seqlens_q.numel()}) and cu_seqlens_k ({cu_seqlens_k.numel()}) "
               "must have the same length (batch + 1)")
-    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
-        if not isinstance(value, int) or value < 0:
-            _fail(f"{name} must be a non-negative int, got {value!r}")
+    max_seqlen_q = as_seqlen("max_seqlen_q", max_seqlen_q)
+    max_seqlen_k = as_seqlen("max_seqlen_k", max_seqlen_k)
     _check_cu_seqlens_values("cu_seqlens_q", cu_seqlens_q, q.size(0), "max_seqlen_q", max_seqlen_q)
     _check_cu_seqlens_values("cu_seqlens_k", cu_seqlens_k, total_k, "max_seqlen_k", max_seqlen_k)
+    return max_seqlen_q, max_seqlen_k
+
+
+def as_seqlen(name, value):
+    """A max_seqlen as a non-negative Python int: anything with __index__ (numpy integers) or a 0-d
+    integer tensor (transformers passes position_ids.max() + 1; a CUDA one is read on the host, as
+    flash-attn 2.x reads it). A SymInt (torch.compile) passes as it is."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() == 0 and not (value.dtype.is_floating_point or value.dtype.is_complex
+                                     or value.dtype == torch.bool):
+            value = int(value)
+    elif not isinstance(value, (bool, int, torch.SymInt)):
+        try:
+            value = operator.index(value)
+        except TypeError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)) or value < 0:
+        _fail(f"{name} must be a non-negative int, got {value!r}")
+    return value
 
 
 def check_like(ref_name, ref, **tensors):
@@ -225,7 +247,8 @@ def check_block_table(block_table, batch, pages, pages_name):
 
 def check_paged_kv(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
     """flash_attn_varlen_func's paged K / V: q (total_q, nheads, d), k / v (num_blocks, page_size,
-    nheads_k, d) read through block_table; cu_seqlens_k gives each sequence's key count."""
+    nheads_k, d) read through block_table; cu_seqlens_k gives each sequence's key count. Returns
+    (max_seqlen_q, max_seqlen_k) as ints."""
     for name, t in (("k", k), ("v", v)):
         _check_tensor(name, t)
         if t.dim() != 4 or t.size(0) == 0:
@@ -234,15 +257,14 @@ def check_paged_kv(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_
     check_qkv(q, k[0], v[0], True)  # one page: the dtype, head and head dim rules
     if k.shape[:-1] != v.shape[:-1]:
         _fail(f"k {tuple(k.shape)} and v {tuple(v.shape)} must agree in all but the last dimension")
-    if q.size(-1) % ALIGN_ELEMENTS:
-        _fail(f"with block_table the head dim must be a multiple of {ALIGN_ELEMENTS}, got {q.size(-1)} (a paged "
-              "cache is not padded)")
     require_cu_seqlens(cu_seqlens_q, cu_seqlens_k)
     batch = cu_seqlens_k.numel() - 1
     capacity = check_block_table(block_table, batch, k, "k")
-    check_varlen(q, k[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_k=batch * capacity)
+    max_seqlen_q, max_seqlen_k = check_varlen(q, k[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                              total_k=batch * capacity)
     if max_seqlen_k > capacity:
         _fail(f"max_seqlen_k ({max_seqlen_k}) is more keys than a block_table row's pages hold ({capacity})")
+    return max_seqlen_q, max_seqlen_k
 
 
 def check_seqused_k(seqused_k, cu_seqlens_k):
@@ -260,14 +282,13 @@ def check_seqused_k(seqused_k, cu_seqlens_k):
 
 
 def check_score_mods(window_size, softcap, alibi_slopes, batch, nheads, device):
-    """window_size (left, right) with -1 = unbounded; softcap >= 0; alibi_slopes fp32 (nheads,) or
-    (batch, nheads) on q's device. Returns window_size as a tuple of two ints."""
+    """window_size (left, right), a negative side unbounded (as in flash-attn 2.x); softcap >= 0;
+    alibi_slopes fp32 (nheads,) or (batch, nheads) on q's device. Returns window_size as a tuple of
+    two ints, -1 for an unbounded side."""
     try:
-        left, right = (int(x) for x in window_size)
+        left, right = (max(int(x), -1) for x in window_size)
     except (TypeError, ValueError):
         _fail(f"window_size must be a pair of ints (left, right), got {window_size!r}")
-    if left < -1 or right < -1:
-        _fail(f"window_size entries must be >= -1 (-1: unbounded), got {window_size!r}")
     # Under torch.compile a float saved for the backward arrives as a SymFloat.
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float, torch.SymInt, torch.SymFloat)) \
             or not softcap >= 0:

@@ -98,16 +98,32 @@ def test_dropout_kept_fraction(p):
     assert not torch.equal(keep[0, 0, :16], keep[0, 0, 16:32])
 
 
-def test_dropout_probabilities_are_the_softmax():
-    """return_attn_probs: |probs| is the softmax, the sign marks dropped entries; without dropout it is None
-    (flash-attn 2.x's return value, and no O(seqlen^2) tensor)."""
-    torch.manual_seed(4)
-    q, k, v = (_randn(2, 150, 4, 64, dtype=BF16) for _ in range(3))
-    _, _, probs = fac.flash_attn_func(q, k, v, causal=True, dropout_p=0.3, return_attn_probs=True)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [32, 59, 128])
+def test_dropout_attn_probs_encoding(head_dim, causal):
+    """return_attn_probs with dropout returns flash-attn 2.x's S_dmask encoding: an independent
+    normalize step (flash-attn's normalize_flash_attn_S, float64 logits) recovers the float32
+    reference's probabilities from it; its sign is the mask the forward applied (the output matches
+    the reference under it, and about 1 - p of the visible entries are kept). Without dropout the
+    third value is an empty tensor of q's dtype (flash-attn 2.7+)."""
+    from flash_attn_cute.flash_attn_interface import _get_block_size_n
     from flash_attn_cute.reference import attention_probs_ref
-    torch.testing.assert_close(probs.abs(), attention_probs_ref(q, k, causal=True))
-    _, _, probs0 = fac.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
-    assert probs0 is None
+    from test_attn_probs import naive_scores, normalize_flash_attn_S
+    torch.manual_seed(4)
+    q = _randn(2, 150, 4, head_dim, dtype=BF16)
+    k, v = (_randn(2, 333, 2, head_dim, dtype=BF16) for _ in range(2))
+    out, lse, S = fac.flash_attn_func(q, k, v, causal=causal, dropout_p=0.3, return_attn_probs=True)
+    assert S.shape == (2, 4, 150, 333) and S.dtype == torch.float32 and not S.isnan().any()
+    scores = naive_scores(q.cpu(), k.cpu(), causal)
+    probs = normalize_flash_attn_S(S.cpu().double(), scores, _get_block_size_n(q.device, head_dim, True, causal))
+    want = attention_probs_ref(q, k, causal=causal).cpu().double()
+    assert (probs - want).abs().max().item() <= 1e-5
+    keep = ~S.signbit()
+    visible = ~scores.isinf().expand(2, 4, -1, -1).to(keep.device)
+    assert abs(keep[visible].float().mean().item() - 0.7) < 0.01
+    _check(q, k, v, causal, out, lse, dropout_p=0.3, dropout_mask=keep)
+    _, _, none = fac.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    assert none.shape == (0,) and none.dtype == q.dtype
 
 
 def test_dropout_seed_reproduces_and_differs():

@@ -140,11 +140,12 @@ def test_kvcache_dtypes_head_dims(dtype, d, page_size):
         _run_and_check(dtype=dtype, d=d, seqlen_q=5, causal=True, capacity=300)
 
 
-@pytest.mark.parametrize("num_splits", [0, 1, 2, 3, 4, 8, 128])
+@pytest.mark.parametrize("num_splits", [-1, 0, 1, 2, 3, 4, 8, 128])
 @pytest.mark.parametrize("page_size", [None, 64], ids=["dense", "page64"])
 def test_num_splits_agree(num_splits, page_size):
     """Every split count gives a result within the accuracy rule (128 splits: many are empty; 2 and 4
-    run as the warps of one CTA, merged in shared memory, without the combine kernel)."""
+    run as the warps of one CTA, merged in shared memory, without the combine kernel; below 1, as 0,
+    the heuristic)."""
     torch.manual_seed(2)
     _run_and_check(batch=2, capacity=4096, page_size=page_size, num_splits=num_splits, seqlen_new=1,
                    cache_seqlens=torch.tensor([4000, 17], device="cuda", dtype=I32))
@@ -297,3 +298,63 @@ def test_varlen_paged_kv(page_size, causal, mods):
             _assert_lse_close(lse[:, q0:q1], lse_ref[0])
         except AssertionError as e:
             raise AssertionError(f"sequence {b} ({q1 - q0} rows, {n} keys): {e}") from None
+
+
+@pytest.mark.parametrize("d", [59, 128])
+def test_varlen_paged_kv_grad_inputs_and_odd_head_dim(d):
+    """The paged forward runs with inputs that require grad (flash-attn 2.x runs it; only the backward
+    is missing) and with a head dim that is not a multiple of 8 (q and the pages padded): its output
+    matches the reference, and a backward through it raises."""
+    torch.manual_seed(8)
+    seqlens_q, seqlens_k, page_size, nheads, nheads_k = [3, 50, 0, 129], [70, 1, 0, 200], 16, 4, 2
+    batch = len(seqlens_q)
+    pages_per_seq = max(-(-n // page_size) for n in seqlens_k)
+    num_pages = batch * pages_per_seq + 1
+    k_pages = _randn(num_pages, page_size, nheads_k, d, dtype=BF16).requires_grad_()
+    v_pages = _randn(num_pages, page_size, nheads_k, d, dtype=BF16).requires_grad_()
+    block_table = torch.randperm(num_pages, device="cuda")[:batch * pages_per_seq].view(batch, pages_per_seq).int()
+    cu_q = torch.tensor([0] + seqlens_q, device="cuda").cumsum(0).int()
+    cu_k = torch.tensor([0] + seqlens_k, device="cuda").cumsum(0).int()
+    q = _randn(int(cu_q[-1]), nheads, d, dtype=BF16).requires_grad_()
+    out = fac.flash_attn_varlen_func(q, k_pages, v_pages, cu_q, cu_k, max(seqlens_q), max(seqlens_k), causal=True,
+                                     block_table=block_table)
+    assert out.shape == q.shape and out.requires_grad
+    for b in range(batch):
+        q0, q1, n = cu_q[b].item(), cu_q[b + 1].item(), seqlens_k[b]
+        if q1 == q0:
+            continue
+        keys = k_pages.detach()[block_table[b].long()].flatten(0, 1)[:n].unsqueeze(0)
+        values = v_pages.detach()[block_table[b].long()].flatten(0, 1)[:n].unsqueeze(0)
+        ref, _ = attention_ref(q.detach()[None, q0:q1], keys, values, causal=True)
+        ref_lowp, _ = attention_ref(q.detach()[None, q0:q1], keys, values, causal=True, upcast=False, reorder_ops=True)
+        _assert_close_rule(out.detach()[q0:q1], ref[0], ref_lowp[0])
+    with pytest.raises(NotImplementedError, match=r"block_table \(a paged K / V\) has no backward"):
+        out.float().sum().backward()
+
+
+@pytest.mark.parametrize("page_size", [None, 16], ids=["dense", "page16"])
+@pytest.mark.parametrize("d", [59, 111])
+def test_kvcache_head_dim_not_a_multiple_of_8(d, page_size):
+    """Head dims that are not a multiple of 8 run on padded copies (flash-attn 2.x pads them): the
+    appended rows (rotated) land in the caller's caches in place, every other row untouched, and out
+    (of the caller's head dim) is within the accuracy rule of the float32 reference."""
+    torch.manual_seed(9)
+    out = _run_and_check(d=d, seqlen_new=3, rotary="interleaved", page_size=page_size, capacity=256)
+    assert out.shape[-1] == d
+    _run_and_check(d=d, seqlen_q=4, causal=True, capacity=320, page_size=page_size)  # nothing appended
+
+
+def test_kvcache_strided_q_k_v():
+    """q, k, v in layouts the kernels cannot read are copied: the same output and caches as
+    contiguous inputs give."""
+    torch.manual_seed(10)
+    q = _randn(2, 3, 64, 8, dtype=BF16).transpose(-1, -2)  # (2, 3, 8, 64), head stride 1
+    k_new = _randn(2, 3, 2, 128, dtype=BF16)[..., ::2]  # (2, 3, 2, 64), last dim strided
+    v_new = _randn(2 * 3 * 2 * 64 + 1, dtype=BF16)[1:].view(2, 3, 2, 64)  # misaligned pointer
+    caches = [_randn(2, 256, 2, 64, dtype=BF16) for _ in range(2)]
+    seqlens = torch.tensor([17, 200], device="cuda", dtype=I32)
+    copies = [c.clone() for c in caches]
+    out = fac.flash_attn_with_kvcache(q, *caches, k_new, v_new, cache_seqlens=seqlens, causal=True)
+    want = fac.flash_attn_with_kvcache(q.contiguous(), *copies, k_new.contiguous(), v_new.contiguous(),
+                                       cache_seqlens=seqlens, causal=True)
+    assert torch.equal(out, want) and all(torch.equal(a, b) for a, b in zip(caches, copies))

@@ -47,6 +47,15 @@ VALID = {
                      v_cache=t(B, SC, 1, D, dtype=BF16), num_splits=128),
     "no_cache_seqlens": call(cache_seqlens=None),
     "window_softcap_alibi": call(window_size=(64, 0), softcap=30.0, alibi_slopes=t(B, H, dtype=torch.float32)),
+    "window_below_minus_one": call(window_size=(8, -2)),  # any negative side is unbounded (flash-attn 2.x)
+    "num_splits_negative": call(num_splits=-1),  # below 1: the heuristic (flash-attn 2.x)
+    # q, k, v in layouts the kernels cannot read are copied (flash-attn 2.x copies a strided last dim).
+    "hdim59_append": call(q=t(B, SQ, H, 59), k_cache=t(B, SC, HK, 59), v_cache=t(B, SC, HK, 59), k=t(B, 2, HK, 59),
+                          v=t(B, 2, HK, 59), rotary_cos=t(SC, 16), rotary_sin=t(SC, 16)),  # padded copies
+    "hdim59_paged_odd_strides": paged(q=t(B, SQ, H, 59), k_cache=t(10, 16, HK, 60)[..., :59],
+                                      v_cache=t(10, 16, HK, 59)),
+    "strided_q_k_v": call(q=t(B, SQ, D, H).transpose(-1, -2), k=t(B, 3, HK, 2 * D)[..., ::2],
+                          v=t(B * 3 * HK * D + 1)[1:].view(B, 3, HK, D)),
 }
 
 
@@ -61,7 +70,8 @@ def test_valid_inputs_reach_device_check(case):
     (call(v_cache=t(B, SC + 1, HK, D)), r"k_cache .* and v_cache .* must agree"),
     (call(k_cache=t(B, SC, HK, D, dtype=BF16)), r"k_cache has dtype torch.bfloat16 but q has torch.float16"),
     (call(k_cache=t(B, SC, 3, D), v_cache=t(B, SC, 3, D)), r"nheads \(8\) must be a multiple of nheads_k \(3\)"),
-    (call(q=t(B, SQ, H, 60), k_cache=t(B, SC, HK, 60), v_cache=t(B, SC, HK, 60)), r"multiple of 8, got 60"),
+    (call(q=t(B, SQ, H, 59), k_cache=t(B, SC, HK, 118)[..., ::2], v_cache=t(B, SC, HK, 59)),
+     r"k_cache must have a contiguous last dimension \(stride\(-1\) == 1\)"),
     (call(k_cache=t(3, SC, HK, D), v_cache=t(3, SC, HK, D)), r"k_cache batch 3 must equal q batch 2"),
     (call(k=t(B, 2, HK, D)), r"give both k and v"),
     (call(k=t(B, 2, HK, D), v=t(B, 2, 1, D)), r"k and v must have shape \(batch=2, seqlen_new, nheads_k=2"),
@@ -78,8 +88,8 @@ def test_valid_inputs_reach_device_check(case):
     (call(cache_seqlens=torch.tensor([1, 300], dtype=I32)), r"\(300\) .* exceed the cache capacity \(256\)"),
     (call(cache_batch_idx=torch.tensor([0, 1])), r"cache_batch_idx must be an int32 tensor of shape \(2,\)"),
     (call(cache_leftpad=t(3, dtype=I32)), r"cache_leftpad must be an int32 tensor of shape \(2,\)"),
-    (call(num_splits=129), r"num_splits must be an int in \[0, 128\]"),
-    (call(num_splits=-1), r"num_splits must be an int"),
+    (call(num_splits=129), r"num_splits must be an int of at most 128 \(below 1: the heuristic\), got 129"),
+    (call(num_splits=2.0), r"num_splits must be an int"),
     (paged(block_table=torch.zeros(B, 4)), r"block_table must be an int32 tensor of shape \(batch=2"),
     (paged(block_table=torch.zeros(3, 4, dtype=I32)), r"block_table must be an int32 tensor"),
     (paged(k_cache=t(10, 8, HK, D), v_cache=t(10, 8, HK, D)), r"page size .* = 8\) must be a positive multiple of 16"),
@@ -87,13 +97,80 @@ def test_valid_inputs_reach_device_check(case):
     (paged(cache_batch_idx=torch.tensor([0, 1], dtype=I32)), r"cache_batch_idx cannot be combined with block_table"),
     (paged(cache_seqlens=65), r"\(65\) .* exceed the cache capacity \(64\)"),
     (call(k_cache=t(B, SC, HK, 2 * D)[..., ::2], v_cache=t(B, SC, HK, D)), r"k_cache must have a contiguous last"),
+    (call(v_cache=t(B, SC, HK, D + 1)[..., :D]), r"v_cache strides .* must be multiples of 8 elements"),
 ])
 def test_bad_input(fn, msg):
     raises(msg, fn)
 
 
-@pytest.mark.parametrize("changes, msg", [(dict(window_size=(8, -2)), r"window_size entries must be >= -1"),
-                                          (dict(softcap=-5.0), r"softcap must be a number >= 0"),
+@pytest.mark.parametrize("changes, msg", [(dict(softcap=-5.0), r"softcap must be a number >= 0"),
                                           (dict(alibi_slopes=t(H + 1, dtype=torch.float32)), r"alibi_slopes must be")])
 def test_bad_score_mods(changes, msg):
     raises(msg, call(**changes))
+
+
+def _fake_kernels(monkeypatch, calls):
+    """kvcache._run_kvcache as a CPU emulation of the kernels on a dense cache: appends k, v at
+    cache_seqlens (int), then attends (float32 reference) to the first cache_seqlens + seqlen_new keys."""
+    from flash_attn_cute import _ops, kvcache, validation
+    from flash_attn_cute.reference import attention_ref
+
+    def fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+             block_table, softmax_scale, causal, window_size, *rest):
+        calls.append(dict(shapes=[None if x is None else tuple(x.shape) for x in (q, k_cache, v_cache, k, v)],
+                          layouts=[validation.layout_problem("x", x) for x in (q, k, v) if x is not None],
+                          caches=(k_cache, v_cache), scale=softmax_scale))
+        end = cache_seqlens
+        if k is not None:
+            k_cache[:, cache_seqlens:cache_seqlens + k.size(1)] = k
+            v_cache[:, cache_seqlens:cache_seqlens + k.size(1)] = v
+            end += k.size(1)
+        out, lse = attention_ref(q, k_cache[:, :end], v_cache[:, :end], causal=causal, softmax_scale=softmax_scale)
+        return out.to(q.dtype), lse
+
+    monkeypatch.setattr(validation, "check_device", lambda **tensors: None)
+    monkeypatch.setattr(_ops, "_require_kernel", lambda *args, **kwargs: None)
+    monkeypatch.setattr(kvcache, "_run_kvcache", fake)
+
+
+@pytest.mark.parametrize("append", [False, True], ids=["no_append", "append"])
+def test_head_dim_59_runs_padded_and_updates_the_callers_cache(append, monkeypatch):
+    """Head dim 59 (not a multiple of 8) runs on copies padded to 64 (flash-attn 2.x pads them too):
+    the kernels get 64-wide tensors and the caller's head dim's scale; out comes back 59 wide, and
+    appended rows land in the caller's caches in place (the other rows untouched)."""
+    import math
+    from flash_attn_cute.reference import attention_ref
+    calls = []
+    _fake_kernels(monkeypatch, calls)
+    g = torch.Generator().manual_seed(0)
+    rand = lambda *shape: torch.randn(*shape, generator=g).to(F16)  # noqa: E731
+    q, k_cache, v_cache = rand(B, 3, H, 59), rand(B, 40, HK, 59), rand(B, 40, HK, 59)
+    k_new, v_new = (rand(B, 2, HK, 59), rand(B, 2, HK, 59)) if append else (None, None)
+    k_before, v_before, cache_ptr = k_cache.clone(), v_cache.clone(), k_cache.data_ptr()
+    out, lse = fac.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=20, causal=True,
+                                           return_softmax_lse=True)
+    (call,) = calls
+    assert call["shapes"] == [(B, 3, H, 64), (B, 40, HK, 64), (B, 40, HK, 64)] + [(B, 2, HK, 64) if append else None] * 2
+    assert call["caches"][0].data_ptr() != cache_ptr and call["scale"] == pytest.approx(1 / math.sqrt(59))
+    assert out.shape == q.shape and k_cache.data_ptr() == cache_ptr
+    end = 22 if append else 20
+    want_k, want_v = k_before.clone(), v_before.clone()
+    if append:
+        want_k[:, 20:22], want_v[:, 20:22] = k_new, v_new
+    assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v)
+    ref, lse_ref = attention_ref(q, want_k[:, :end], want_v[:, :end], causal=True)
+    torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=0)
+    torch.testing.assert_close(lse, lse_ref)
+
+
+def test_strided_q_k_v_reach_the_kernels_as_copies(monkeypatch):
+    """q, k, v in layouts the kernels cannot read are copied before the kernels (and the cache, in
+    place, gets the appended values)."""
+    calls = []
+    _fake_kernels(monkeypatch, calls)
+    k_cache, v_cache = t(B, 16, HK, D), t(B, 16, HK, D)
+    k_new = torch.ones(B, 3, HK, 2 * D, dtype=F16)[..., ::2]
+    fac.flash_attn_with_kvcache(t(B, SQ, D, H).transpose(-1, -2), k_cache, v_cache, k_new,
+                                torch.ones(B * 3 * HK * D + 1, dtype=F16)[1:].view(B, 3, HK, D), cache_seqlens=5)
+    assert calls[0]["layouts"] == [None, None, None] and calls[0]["caches"][0] is k_cache
+    assert (k_cache[:, 5:8] == 1).all() and (v_cache[:, 5:8] == 1).all() and (k_cache[:, 8:] == 0).all()

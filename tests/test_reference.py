@@ -5,7 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from flash_attn_cute.reference import attention_ref, attention_varlen_ref, rotary_ref
+from flash_attn_cute.reference import (attention_probs_ref, attention_ref, attention_scores_ref, attention_varlen_ref,
+                                      rotary_ref)
 
 
 def _randn(*shape, seed, dtype=torch.float64):
@@ -90,6 +91,23 @@ def test_score_mods_match_naive_loop(causal, window, softcap, alibi, seqlen_q, s
     out_n, lse_n = _naive(q, k, v, causal, 1 / math.sqrt(8), window, softcap, slopes)
     torch.testing.assert_close(out, out_n, atol=1e-12, rtol=0)
     torch.testing.assert_close(lse.double(), lse_n, atol=1e-5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("causal, window, alibi", [(False, (-1, -1), False), (True, (3, -1), True), (False, (2, 1), True)])
+def test_scores_are_the_logits_of_the_probabilities(causal, window, alibi):
+    """attention_scores_ref: float32 logits, -inf exactly where the mask hides the key, whose softmax
+    is attention_probs_ref and whose logsumexp is attention_ref's LSE."""
+    q, k, v = _qkv(2, 9, 6, 4, 2, 8, seed=5, dtype=torch.bfloat16)
+    slopes = torch.tensor([0.5, 0.25, 0.125, 1.0]) if alibi else None
+    mods = dict(causal=causal, window_size=window, alibi_slopes=slopes)
+    scores = attention_scores_ref(q, k, **mods)
+    assert scores.dtype == torch.float32 and scores.shape == (2, 4, 9, 6)
+    probs = attention_probs_ref(q, k, **mods)
+    seen = ~scores.isinf().all(-1, keepdim=True)
+    torch.testing.assert_close(torch.where(seen, scores.softmax(-1), 0.0), probs)
+    assert torch.equal(scores.isinf(), (probs == 0) & scores.isinf())
+    lse = attention_ref(q, k, v, **mods)[1]
+    torch.testing.assert_close(torch.where(seen[..., 0], scores.logsumexp(-1), math.inf), lse)
 
 
 @pytest.mark.parametrize("dtype,upcast", [(torch.float32, True), (torch.bfloat16, False), (torch.float16, True)])

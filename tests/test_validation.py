@@ -103,11 +103,71 @@ LAYOUTS = {
 }
 
 
-@pytest.mark.parametrize("fn", NO_QKV)
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_bad_layout(fn, layout):
+def test_bad_layout(layout):
+    """The low-level fwd takes only layouts the kernels can read (it writes no copies)."""
     q, msg = LAYOUTS[layout][0](), LAYOUTS[layout][1]
-    raises(msg, lambda: DENSE[fn](q, *qkv(b=q.size(0), h=q.size(2))[1:]))
+    raises(msg, lambda: fac.fwd(q, *qkv(b=q.size(0), h=q.size(2))[1:]))
+
+
+def _fake_kernels(monkeypatch, seen):
+    """run_fwd / run_bwd stand-ins that record the layout problems of what the kernels would get."""
+    from flash_attn_cute import _ops, interface, validation
+
+    def fake_run_fwd(q, k, v, *args, **kwargs):
+        seen.append([validation.layout_problem(n, x) for n, x in (("q", q), ("k", k), ("v", v))])
+        lse = torch.zeros(q.size(1), q.size(0)) if q.dim() == 3 else torch.zeros(q.size(0), q.size(2), q.size(1))
+        return torch.zeros_like(q), lse
+
+    def fake_run_bwd(dout, q, k, v, out, *args):
+        seen.append([validation.layout_problem(n, x) for n, x in (("dout", dout), ("q", q), ("k", k), ("v", v))])
+        return torch.ones_like(q), torch.ones_like(k), torch.ones_like(v)
+
+    monkeypatch.setattr(validation, "check_device", lambda **tensors: None)
+    monkeypatch.setattr(_ops, "_require_kernel", lambda *args, **kwargs: None)
+    monkeypatch.setattr(interface, "_require_kernel", lambda *args, **kwargs: None)
+    monkeypatch.setattr(interface, "run_fwd", fake_run_fwd)
+    monkeypatch.setattr(interface, "run_bwd", fake_run_bwd)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_strided_dout_is_copied_for_the_kernels(layout, monkeypatch):
+    """The backward copies a gradient in a layout the kernels cannot read (a contiguous one at a
+    misaligned address too, which contiguous() would return as it is)."""
+    seen = []
+    _fake_kernels(monkeypatch, seen)
+    dout = LAYOUTS[layout][0]()
+    q, k, v = (x.requires_grad_() for x in qkv(b=dout.size(0), h=dout.size(2)))
+    fac.flash_attn_func(q, k, v).backward(dout)
+    assert seen == [[None] * 3, [None] * 4]
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+@pytest.mark.parametrize("fn", ["func", "kvpacked", "varlen"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_strided_inputs_are_copied_for_the_kernels(layout, fn, grad, monkeypatch):
+    """flash_attn_* copy a q, k or v whose layout the kernels cannot take (flash-attn 2.x copies one
+    whose last dim is strided) instead of refusing it; gradients come back to the caller's tensor."""
+    from flash_attn_cute import validation
+    seen = []
+    _fake_kernels(monkeypatch, seen)
+    q = LAYOUTS[layout][0]()
+    if fn == "varlen":
+        q = q.flatten(0, 1)[:T]  # (total, nheads, d), the same layout problem
+        assert validation.layout_problem("q", q)
+        args = (q, *vqkv()[1:], CU, CU, 7, 7)
+        call = fac.flash_attn_varlen_func
+    else:
+        k, v = qkv(b=q.size(0), h=q.size(2))[1:]
+        args = (q, k, v) if fn == "func" else (q, torch.stack([k, v], 2))
+        call = fac.flash_attn_func if fn == "func" else fac.flash_attn_kvpacked_func
+    q.requires_grad_(grad)
+    out = call(*args)
+    assert out.shape == q.shape
+    if grad:
+        out.backward(torch.ones_like(out))
+        assert torch.equal(q.grad, torch.ones_like(q))
+    assert seen == [[None] * len(x) for x in seen] and len(seen) == 1 + grad
 
 
 def test_packed_bad_shapes():
@@ -121,10 +181,9 @@ def test_packed_bad_shapes():
            lambda: fac.flash_attn_varlen_qkvpacked_func(t(T, 2, H, D), CU, 7))
     raises(r"kv must have size 2 in dimension 1, got \(10, 3, 4, 64\)",
            lambda: fac.flash_attn_varlen_kvpacked_func(t(T, H, D), t(T, 3, H, D), CU, CU, 7, 7))
-    raises(r"q must have a contiguous last dimension",
-           lambda: fac.flash_attn_qkvpacked_func(t(B, S, 3, H, 2 * D)[..., ::2]))
-    raises(r"q must have a contiguous last dimension",
-           lambda: fac.flash_attn_varlen_qkvpacked_func(t(T, 3, H, 2 * D)[..., ::2], CU, 7))
+    # A strided last dimension is copied, not refused (test_strided_inputs_are_copied_for_the_kernels).
+    raises(DEVICE_MSG, lambda: fac.flash_attn_qkvpacked_func(t(B, S, 3, H, 2 * D)[..., ::2]))
+    raises(DEVICE_MSG, lambda: fac.flash_attn_varlen_qkvpacked_func(t(T, 3, H, 2 * D)[..., ::2], CU, 7))
 
 
 @pytest.mark.parametrize("out, msg", [
@@ -155,7 +214,11 @@ def _varlen_cases():
         ("max_q_negative", "all", (CU, CU, -1, 7), r"max_seqlen_q must be a non-negative int, got -1"),
         ("max_k_float", "sep", (CU, CU, 7, 7.0), r"max_seqlen_k must be a non-negative int, got 7.0"),
         ("max_q_float", "all", (CU, CU, 7.0, 7), r"max_seqlen_q must be a non-negative int, got 7.0"),
-        ("max_q_tensor", "all", (CU, CU, torch.tensor(7), 7), r"max_seqlen_q must be a non-negative int, got tensor"),
+        ("max_q_1d_tensor", "all", (CU, CU, torch.tensor([7]), 7), r"max_seqlen_q must be a non-negative int, got tensor"),
+        ("max_q_float_tensor", "all", (CU, CU, torch.tensor(7.0), 7), r"max_seqlen_q must be a non-negative int"),
+        ("max_k_negative_tensor", "sep", (CU, CU, 7, torch.tensor(-1)), r"max_seqlen_k must be a non-negative int"),
+        ("max_q_bool", "all", (CU, CU, True, 7), r"max_seqlen_q must be a non-negative int, got True"),
+        ("max_q_str", "all", (CU, CU, "7", 7), r"max_seqlen_q must be a non-negative int, got '7'"),
     ]
     for name, scope, args, msg in cases:
         for fn in VARLEN:
@@ -169,6 +232,53 @@ def _varlen_cases():
 @pytest.mark.parametrize("fn, args, msg", list(_varlen_cases()))
 def test_varlen_bad_cu_seqlens_and_max_seqlen(fn, args, msg):
     raises(msg, lambda: VARLEN[fn](*vqkv(), *args))
+
+
+MAX_SEQLENS = {  # max_seqlen types flash-attn 2.x takes (transformers passes position_ids.max() + 1)
+    "int64_tensor": lambda: torch.tensor(7),
+    "int32_tensor": lambda: torch.tensor(7, dtype=torch.int32),
+    "numpy_int64": lambda: __import__("numpy").int64(7),
+}
+
+
+@pytest.mark.parametrize("kind", MAX_SEQLENS)
+@pytest.mark.parametrize("fn", VARLEN)
+def test_max_seqlen_index_types(fn, kind):
+    value = MAX_SEQLENS[kind]()
+    raises(DEVICE_MSG, lambda: VARLEN[fn](*vqkv(), CU, CU, value, value))
+    # They are range-checked as ints: 2 is below the longest sequence (7).
+    too_short = torch.tensor(2) if isinstance(value, torch.Tensor) else type(value)(2)
+    raises(r"max_seqlen_q \(2\) is smaller than the longest sequence", lambda: VARLEN[fn](*vqkv(), CU, CU, too_short, 7))
+
+
+def test_max_seqlen_is_a_python_int_for_the_kernels(monkeypatch):
+    """A tensor max_seqlen reaches the kernels (and the autograd function's saved arguments) as an int."""
+    from flash_attn_cute import _ops, interface, validation
+    seen = []
+
+    def fake_run_fwd(q, k, v, out, scale, causal, cu_q, cu_k, max_q, max_k, *args, **kwargs):
+        seen.append((max_q, max_k))
+        return torch.zeros_like(q), torch.zeros(q.size(1), q.size(0))
+
+    monkeypatch.setattr(validation, "check_device", lambda **tensors: None)
+    monkeypatch.setattr(_ops, "_require_kernel", lambda *args, **kwargs: None)
+    monkeypatch.setattr(interface, "run_fwd", fake_run_fwd)
+    fac.flash_attn_varlen_func(*vqkv(), CU, CU, torch.tensor(7), __import__("numpy").int32(7))
+    assert seen == [(7, 7)] and all(type(x) is int for x in seen[0])
+
+
+def test_max_seqlen_symint_under_torch_compile():
+    """A dynamic shape passed as max_seqlen (a SymInt while torch.compile traces) passes every check:
+    the call stops at the device check, not at max_seqlen's."""
+    def f(q, cu):
+        return fac.flash_attn_varlen_func(q, q, q, cu, cu, q.shape[0], q.shape[0])
+
+    q = t(T, H, D)
+    torch._dynamo.reset()
+    torch._dynamo.mark_dynamic(q, 0)
+    with pytest.raises(Exception) as info:
+        torch.compile(f, backend="eager", fullgraph=True)(q, cu(0, 3, T))
+    assert "is on cpu; flash_attn_cute needs CUDA tensors" in str(info.value), str(info.value)[-2000:]
 
 
 VARLEN_QKV_CASES = [
@@ -191,9 +301,11 @@ def test_varlen_wrong_rank_and_layout(fn):
     raises(r"q must be 3-D \(total, nheads, headdim\), got shape \(2, 8, 4, 64\)",
            lambda: VARLEN[fn](*qkv(), CU, CU, 7, 7))
     raises(r"v must be 3-D", lambda: VARLEN[fn](t(T, H, D), t(T, H, D), t(1, T, H, D), CU, CU, 7, 7))
-    raises(r"k strides \(260, 65, 1\) must be multiples of 8 elements \(16 bytes\)",
+    # fwd refuses layouts the kernels cannot read; flash_attn_varlen_func copies them.
+    strided = fn == "fwd"
+    raises(r"k strides \(260, 65, 1\) must be multiples of 8 elements \(16 bytes\)" if strided else DEVICE_MSG,
            lambda: VARLEN[fn](t(T, H, D), t(T, H, D + 1)[..., :D], t(T, H, D), CU, CU, 7, 7))
-    raises(r"v must have a contiguous last dimension",
+    raises(r"v must have a contiguous last dimension" if strided else DEVICE_MSG,
            lambda: VARLEN[fn](t(T, H, D), t(T, H, D), t(T, H, 2 * D)[..., ::2], CU, CU, 7, 7))
 
 
@@ -246,10 +358,10 @@ PAGED = {
         t(T, H, D), t(3, 16, H, D), t(3, 16, H, D), CU, CU, 7, 33, block_table=torch.zeros(len(CU) - 1, 2,
                                                                                          dtype=torch.int32)),
         r"max_seqlen_k \(33\) is more keys than a block_table row's pages hold \(32\)"),
-    "head_dim": (lambda **kw: fac.flash_attn_varlen_func(
-        t(T, H, 60), t(3, 16, H, 60), t(3, 16, H, 60), CU, CU, 7, 7, block_table=torch.zeros(len(CU) - 1, 2,
-                                                                                           dtype=torch.int32)),
-        r"with block_table the head dim must be a multiple of 8"),
+    "fwd_head_dim": (lambda **kw: fac.fwd(
+        t(T, H, 60), t(3, 16, H, 60), t(3, 16, H, 60), cu_seqlens_q=CU, cu_seqlens_k=CU, max_seqlen_q=7,
+        max_seqlen_k=7, block_table=torch.zeros(len(CU) - 1, 2, dtype=torch.int32)),
+        r"fwd needs a head dim that is a multiple of 8, got 60"),
     "table_stride": (_paged(table=torch.zeros(2, len(CU) - 1, dtype=torch.int32).t()),
                      r"block_table must have a contiguous last dimension"),
 }
@@ -261,18 +373,41 @@ def test_paged_varlen_bad_input(case):
     raises(msg, fn)
 
 
-def test_paged_varlen_has_no_backward():
-    q = t(T, H, D).requires_grad_()
-    raises(r"block_table \(a paged K / V\) has no backward",
-           lambda: fac.flash_attn_varlen_func(q, t(3, 16, H, D), t(3, 16, H, D), CU, CU, 7, 7,
-                                              block_table=torch.zeros(len(CU) - 1, 2, dtype=torch.int32)),
-           exc=NotImplementedError)
+@pytest.mark.parametrize("d", [D, 59])
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_paged_varlen_forward(grad, d, monkeypatch):
+    """flash_attn_varlen_func over a paged K / V runs its forward whether or not the inputs require
+    grad, with a head dim that is not a multiple of 8 padded (q and every page) as flash-attn 2.x
+    pads it; with grad the output joins the graph, and only its backward raises."""
+    import math
+    from flash_attn_cute import _ops, interface, validation
+    seen = []
+
+    def fake_run_fwd(q, k, v, out, scale, causal, cu_q, cu_k, max_q, max_k, window, softcap, alibi, seqused_k,
+                     dropout_p, block_table):
+        seen.append((q.shape, k.shape, v.shape, scale, block_table is not None))
+        return torch.full_like(q, 2.0), torch.zeros(q.size(1), q.size(0))
+
+    pages = (t(3, 16, H, d), t(3, 16, H, d))
+    raises(DEVICE_MSG, lambda: fac.flash_attn_varlen_func(t(T, H, d).requires_grad_(grad), *pages, CU, CU, 7, 7,
+                                                          block_table=torch.zeros(3, 2, dtype=torch.int32)))
+    monkeypatch.setattr(validation, "check_device", lambda **tensors: None)
+    monkeypatch.setattr(_ops, "_require_kernel", lambda *args, **kwargs: None)
+    monkeypatch.setattr(interface, "run_fwd", fake_run_fwd)
+    q = t(T, H, d).requires_grad_(grad)
+    out, lse, _ = fac.flash_attn_varlen_func(q, *pages, CU, CU, 7, 7, block_table=torch.zeros(3, 2, dtype=torch.int32),
+                                             return_attn_probs=True)
+    padded = -(-d // 8) * 8
+    assert seen == [((T, H, padded), (3, 16, H, padded), (3, 16, H, padded), pytest.approx(1 / math.sqrt(d)), True)]
+    assert out.shape == q.shape and (out == 2).all() and out.requires_grad == grad and not lse.requires_grad
+    if grad:
+        with pytest.raises(NotImplementedError, match=r"block_table \(a paged K / V\) has no backward"):
+            out.sum().backward()
 
 
 SCORE_MODS = {  # bad window / softcap / ALiBi arguments (2 sequences, or 3 in varlen; H heads)
     "window_not_pair": (dict(window_size=5), r"window_size must be a pair of ints"),
     "window_three": (dict(window_size=(1, 2, 3)), r"window_size must be a pair of ints"),
-    "window_below_minus_one": (dict(window_size=(-2, 0)), r"window_size entries must be >= -1"),
     "softcap_negative": (dict(softcap=-1.0), r"softcap must be a number >= 0"),
     "softcap_str": (dict(softcap="30"), r"softcap must be a number >= 0"),
     "alibi_fp16": (dict(alibi_slopes=torch.zeros(H, dtype=F16)), r"alibi_slopes must be float32 of shape"),
@@ -294,6 +429,28 @@ def test_bad_seqused_k():
 def test_bad_score_mods(fn, case):
     kw, msg = SCORE_MODS[case]
     raises(msg, lambda: CALLS[fn](**kw))
+
+
+@pytest.mark.parametrize("window, want", [((-2, 0), (-1, 0)), ((5, -7), (5, -1)), ((-100, -3), (-1, -1)),
+                                          (torch.tensor([-4, 3]), (-1, 3)), ([0, 0], (0, 0))], ids=str)
+def test_negative_window_sides_are_unbounded(window, want, monkeypatch):
+    """flash-attn 2.x takes any negative window side as unbounded: such calls pass the checks, and the
+    kernels get -1 for that side."""
+    from flash_attn_cute import _ops, interface, validation
+    assert validation.check_score_mods(window, 0.0, None, B, H, torch.device("cpu")) == want
+    seen = []
+
+    def fake_run_fwd(q, k, v, out, scale, causal, cu_q, cu_k, max_q, max_k, window, *args, **kwargs):
+        seen.append(window)
+        return torch.zeros_like(q), torch.zeros(q.size(0), q.size(2), q.size(1))
+
+    for fn in CALLS:
+        raises(DEVICE_MSG, lambda: CALLS[fn](window_size=window))
+    monkeypatch.setattr(validation, "check_device", lambda **tensors: None)
+    monkeypatch.setattr(_ops, "_require_kernel", lambda *args, **kwargs: None)
+    monkeypatch.setattr(interface, "run_fwd", fake_run_fwd)
+    fac.flash_attn_func(*qkv(), window_size=window)
+    assert seen == [want]
 
 
 # --- valid inputs get through every check and stop at the device -----------------------------------------
@@ -331,7 +488,7 @@ def test_valid_inputs_reach_device_check(case):
 
 
 def test_device_is_checked_last():
-    assert issubclass(FlashAttnInputError, ValueError)
+    assert issubclass(FlashAttnInputError, ValueError) and issubclass(FlashAttnInputError, RuntimeError)
     raises(r"dtype torch.float32", lambda: fac.flash_attn_func(*qkv(dtype=F32)))  # not the device message
     raises(r"cu_seqlens_q must be torch.int32", lambda: VARLEN["fwd"](*vqkv(), CU.long(), CU, 7, 7))
     raises(r"out must match q", lambda: fac.fwd(*qkv(), out=t(B, S, H, 32)))
