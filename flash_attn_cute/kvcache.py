@@ -40,6 +40,8 @@ def check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
     V.check_head_dim(head_dim, v_cache.size(-1))
     if nheads_k == 0 or nheads % nheads_k:
         V._fail(f"nheads ({nheads}) must be a multiple of nheads_k ({nheads_k})")
+    if batch > V.MAX_GRID_YZ or nheads > V.MAX_GRID_YZ:
+        V._fail(f"batch ({batch}) and nheads ({nheads}) must be at most {V.MAX_GRID_YZ}")
 
     if block_table is not None:
         capacity = V.check_block_table(block_table, batch, k_cache, "k_cache")

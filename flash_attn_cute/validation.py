@@ -11,6 +11,7 @@ MAX_HEAD_DIM = 256
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 ALIGN_ELEMENTS = 8  # 16 bytes of fp16 / bf16: the kernels move 16-byte vectors
 MAX_GRID_YZ = 65535  # batch and nheads index grid.y / grid.z
+MAX_SEQLEN = 2 ** 31 - 1024  # the kernels count a sequence's rows in int, rounded up to whole blocks
 
 
 class FlashAttnInputError(ValueError, RuntimeError):
@@ -151,6 +152,8 @@ def as_seqlen(name, value):
             pass
     if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)) or value < 0:
         _fail(f"{name} must be a non-negative int, got {value!r}")
+    if value > MAX_SEQLEN:
+        _fail(f"{name} ({value}) must be at most {MAX_SEQLEN}")
     return value
 
 

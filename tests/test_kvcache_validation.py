@@ -174,3 +174,14 @@ def test_strided_q_k_v_reach_the_kernels_as_copies(monkeypatch):
                                 torch.ones(B * 3 * HK * D + 1, dtype=F16)[1:].view(B, 3, HK, D), cache_seqlens=5)
     assert calls[0]["layouts"] == [None, None, None] and calls[0]["caches"][0] is k_cache
     assert (k_cache[:, 5:8] == 1).all() and (v_cache[:, 5:8] == 1).all() and (k_cache[:, 8:] == 0).all()
+
+
+@pytest.mark.parametrize("batch, heads", [(65536, H), (1, 65536)], ids=["batch", "nheads"])
+def test_batch_and_nheads_past_the_grid_rejected(batch, heads):
+    """batch and nheads index grid.y / grid.z (at most 65535): rejected before any launch (the
+    rotary append's launch failed with "invalid configuration argument")."""
+    q = t(1, SQ, 1, D).expand(batch, SQ, heads, D)
+    cache = t(1, SC, 1, D).expand(batch, SC, heads if heads > H else HK, D)
+    raises(r"batch \(\d+\) and nheads \(\d+\) must be at most 65535",
+           call(q=q, k_cache=cache, v_cache=cache, k=t(1, 1, 1, D).expand(batch, 1, cache.size(2), D),
+                v=t(1, 1, 1, D).expand(batch, 1, cache.size(2), D)))

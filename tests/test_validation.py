@@ -251,6 +251,13 @@ def test_max_seqlen_index_types(fn, kind):
     raises(r"max_seqlen_q \(2\) is smaller than the longest sequence", lambda: VARLEN[fn](*vqkv(), CU, CU, too_short, 7))
 
 
+@pytest.mark.parametrize("fn", VARLEN)
+def test_max_seqlen_past_32_bits_rejected(fn):
+    """The kernels count a sequence's rows in int: int(2^32 + 7) would have wrapped to 7 keys."""
+    raises(r"max_seqlen_q \(4294967303\) must be at most 2147482624",
+           lambda: VARLEN[fn](*vqkv(), CU, CU, 2 ** 32 + 7, 2 ** 32 + 7))
+
+
 def test_max_seqlen_is_a_python_int_for_the_kernels(monkeypatch):
     """A tensor max_seqlen reaches the kernels (and the autograd function's saved arguments) as an int."""
     from flash_attn_cute import _ops, interface, validation
