@@ -22,10 +22,11 @@ def apply_rotary_emb(x, cos, sin, interleaved=False, inplace=False, seqlen_offse
         positions = torch.arange(seqlen, device=x.device).expand(batch, seqlen)
         sequence = torch.arange(batch, device=x.device)[:, None].expand(batch, seqlen)
         flat = x.reshape(batch * seqlen, *x.shape[2:])
-    else:
-        lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
-        sequence = torch.repeat_interleave(torch.arange(lengths.numel(), device=x.device), lengths)
-        positions = torch.arange(x.size(0), device=x.device) - cu_seqlens.long()[sequence]
+    else:  # rows outside [cu_seqlens[0], cu_seqlens[-1]) belong to no sequence and stay as they are
+        cu = cu_seqlens.long().to(x.device)
+        rows = torch.arange(x.size(0), device=x.device)
+        sequence = (torch.searchsorted(cu, rows, right=True) - 1).clamp(0, cu.numel() - 2)
+        positions = torch.where((rows >= cu[0]) & (rows < cu[-1]), rows - cu[sequence], cos.size(0))
         flat = x
     if isinstance(seqlen_offsets, torch.Tensor):
         positions = positions + seqlen_offsets.to(x.device).long()[sequence]

@@ -328,7 +328,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       if constexpr (sm90_alibi_loop_only<kLoops>) {
         const int row = int(m_start) + get<0>(tScS_rc(mi, 0));
         const float shift =
-            kAlibiCausal ? alibi_causal_shift(row, binfo.seqlen_q, binfo.seqlen_k) - float(alibi_col_ref) : 0.f;
+            kAlibiCausal ? float(alibi_causal_shift(row, binfo.seqlen_q, binfo.seqlen_k) - alibi_col_ref) : 0.f;
         return mask.alibi_max_bias(row, alibi_slope) + alibi_slope * shift;
       } else {
         return 0.f;

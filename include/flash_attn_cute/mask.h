@@ -91,8 +91,8 @@ FLASH_HOST_DEVICE constexpr bool alibi_causal_form(Window window) { return windo
 
 // On every key a causal row sees (col <= row + seqlen_k - seqlen_q), the causal form is the
 // symmetric one plus this per-row constant: a kernel may add the symmetric form and shift the LSE.
-FLASH_HOST_DEVICE constexpr float alibi_causal_shift(int row, int seqlen_q, int seqlen_k) {
-  return float(row + seqlen_k - seqlen_q);
+FLASH_HOST_DEVICE constexpr int alibi_causal_shift(int row, int seqlen_q, int seqlen_k) {
+  return row + seqlen_k - seqlen_q;
 }
 
 #if defined(__CUDACC__)
@@ -186,7 +186,7 @@ FLASH_HOST_DEVICE void shift_alibi_lse(TensorRow& lse, TensorC const& tScS, int 
   cute::Tensor c = cute::make_tensor(tScS.data(), acc_layout_rowcol(tScS.layout()));  // (rows, cols) -> (m, n)
 #pragma unroll
   for (int mi = 0; mi < cute::size<0>(c); ++mi) {
-    lse(mi) += slope * (alibi_causal_shift(row0 + cute::get<0>(c(mi, 0)), seqlen_q, seqlen_k) - float(col_ref));
+    lse(mi) += slope * float(alibi_causal_shift(row0 + cute::get<0>(c(mi, 0)), seqlen_q, seqlen_k) - col_ref);
   }
 }
 
