@@ -1032,6 +1032,19 @@ void test_ws_tile_order() {
   }
 }
 
+// A varlen batch of 4 sequences (cu_seqlens of 5 entries): max_seqlen_q / _k, q's and k's rows.
+FwdParams varlen_params(const int* cu_q, const int* cu_k, int max_q, int max_k, index_t total_q, index_t total_k) {
+  FwdParams p;
+  p.batch = 4;
+  p.seqlen_q = max_q;
+  p.seqlen_k = max_k;
+  p.cu_seqlens_q = cu_q;
+  p.cu_seqlens_k = cu_k;
+  p.total_q = total_q;
+  p.total_k = total_k;
+  return p;
+}
+
 void test_block_info() {
   constexpr index_t k2to31 = index_t{1} << 31;
   {
@@ -1077,16 +1090,9 @@ void test_block_info() {
     // Varlen: q (total_q, heads 8, dim 64), k (total_k, heads_k 4, dim 64); lse (heads, total_q).
     const int cu_q[] = {0, 5, 12, 12, 40};
     const int cu_k[] = {0, 7, 7, 30, 31};
-    FwdParams p;
-    p.batch = 4;
+    FwdParams p = varlen_params(cu_q, cu_k, 28, 23, 40, 31);
     p.heads = 8;
     p.heads_k = 4;
-    p.seqlen_q = 28;  // max_seqlen_q
-    p.seqlen_k = 23;
-    p.cu_seqlens_q = cu_q;
-    p.cu_seqlens_k = cu_k;
-    p.total_q = 40;
-    p.total_k = 31;
     p.q = {nullptr, 0, 8 * 64, 64};
     p.k = {nullptr, 0, 4 * 64, 64};
     p.lse_head_stride = 40;  // total_q
@@ -1155,14 +1161,7 @@ void test_block_info() {
     // every sequence's rows are cut to q's 40 and k's 31, a decreasing one left empty.
     const int cu_q[] = {-3, 5, 50, 30, 41};
     const int cu_k[] = {0, 100, 20, 20, 7};
-    FwdParams p;
-    p.batch = 4;
-    p.seqlen_q = 100;  // max_seqlen_q
-    p.seqlen_k = 64;
-    p.cu_seqlens_q = cu_q;
-    p.cu_seqlens_k = cu_k;
-    p.total_q = 40;
-    p.total_k = 31;
+    const FwdParams p = varlen_params(cu_q, cu_k, 100, 64, 40, 31);
     const int want_start_q[] = {0, 5, 40, 30}, want_sq[] = {5, 35, 0, 10};
     const int want_start_k[] = {0, 31, 20, 20}, want_sk[] = {31, 0, 0, 0};
     for (int b = 0; b < 4; ++b) {
