@@ -364,7 +364,7 @@ void fill_params(FwdParams& params, Problem const& p, at::Tensor const& q, at::T
   params.seqlen_k = int(p.seqlen_k);
   params.cu_seqlens_q = p.varlen ? cu_seqlens_q->data_ptr<int>() : nullptr;
   params.cu_seqlens_k = p.varlen ? cu_seqlens_k->data_ptr<int>() : nullptr;
-  params.total_q = p.varlen ? q.size(0) : 0;
+  params.total_q = p.varlen ? p.total_q : 0;
   params.total_k = p.varlen ? k.size(0) : 0;
   params.softmax_scale = float(softmax_scale);
   params.softmax_scale_log2 = float(softmax_scale * M_LOG2E);

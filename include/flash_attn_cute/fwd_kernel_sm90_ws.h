@@ -496,18 +496,14 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     // Rows that saw no key leave the loop with O = 0 and a zero sum: finalize gives O = 0, LSE = +inf.
     auto lse = softmax.finalize(tOrO_rc, params.softmax_scale, Is_dropout ? params.dropout.rp : 1.f);
     if constexpr (Has_mods) {
-      // The LSE in flash-attn's form: the causal one on causal rows (measured from column 0), the
-      // symmetric one in a window.
+      // The LSE in flash-attn's form: kAlibiCausal's (from alibi_col_ref) back to the symmetric
+      // one's, then the causal one (from column 0) on causal rows without a left window.
       if (params.alibi_slopes) {
         const float slope = alibi_slope * params.softmax_scale;
-        if (!kAlibiCausal && alibi_causal_form(window)) {
-          shift_alibi_lse(lse, tScS, int(m_start), binfo.seqlen_q, binfo.seqlen_k, slope);
-        } else if (kAlibiCausal && alibi_causal_form(window)) {
-#pragma unroll
-          for (int mi = 0; mi < size(lse); ++mi) lse(mi) += slope * float(alibi_col_ref);
-        } else if (kAlibiCausal) {
+        if constexpr (kAlibiCausal) {
           shift_alibi_lse(lse, tScS, int(m_start), binfo.seqlen_q, binfo.seqlen_k, -slope, alibi_col_ref);
         }
+        if (alibi_causal_form(window)) shift_alibi_lse(lse, tScS, int(m_start), binfo.seqlen_q, binfo.seqlen_k, slope);
       }
     }
     if constexpr (Traits::kSeparateO) {
