@@ -17,7 +17,8 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
                int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
                int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes,
                std::optional<at::Tensor> const& seqused_k, double dropout_p, std::optional<at::Tensor> const& rng_state,
-               std::optional<at::Tensor> const& block_table, std::optional<at::Tensor> const& out_residual) {
+               std::optional<at::Tensor> const& block_table, std::optional<at::Tensor> const& out_residual,
+               std::optional<at::Tensor> const& leftpad_k) {
   const ScoreMods mods{window_left, window_right, softcap, alibi_slopes, dropout_p};
   causal = kernel_causal(mods, causal);
   // A paged K / V (varlen only): (pages, page_size, heads_k, dim) read through block_table (batch,
@@ -52,6 +53,7 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
   set_seqused_k(params, p, seqused_k, q);
   set_dropout(params, mods, rng_state, q, false);
   if (paged) set_paged_kv(params, *block_table, k, v);
+  set_leftpad_k(params, p, leftpad_k, q);
   TORCH_CHECK(!out_residual || dropout_p > 0.0, "flash_attn_cute: out_residual is written by the dropout forward only");
   set_out_residual(params, out_residual, out, p.varlen);
   // Split-KV where the grid alone would leave SMs idle (few query row blocks, many key blocks).

@@ -313,14 +313,26 @@ void set_dropout(FwdParams& params, ScoreMods const& mods, std::optional<at::Ten
   d.rng_state = state;
 }
 
+// A varlen per-sequence key bound: a contiguous int32 (batch,) tensor on q's device.
+int const* sequence_ints(std::optional<at::Tensor> const& t, Problem const& p, at::Tensor const& q, char const* name) {
+  TORCH_CHECK(p.varlen, "flash_attn_cute: ", name, " needs the varlen form (cu_seqlens_q / cu_seqlens_k)");
+  TORCH_CHECK(t->scalar_type() == at::kInt && t->dim() == 1 && t->size(0) == p.batch && t->is_contiguous() &&
+                  t->device() == q.device(),
+              "flash_attn_cute: ", name, " must be a contiguous int32 (batch,) tensor on q's device");
+  return t->data_ptr<int>();
+}
+
 void set_seqused_k(FwdParams& params, Problem const& p, std::optional<at::Tensor> const& seqused_k,
                    at::Tensor const& q) {
-  if (!seqused_k) return;
-  TORCH_CHECK(p.varlen, "flash_attn_cute: seqused_k needs the varlen form (cu_seqlens_q / cu_seqlens_k)");
-  TORCH_CHECK(seqused_k->scalar_type() == at::kInt && seqused_k->dim() == 1 && seqused_k->size(0) == p.batch &&
-                  seqused_k->is_contiguous() && seqused_k->device() == q.device(),
-              "flash_attn_cute: seqused_k must be a contiguous int32 (batch,) tensor on q's device");
-  params.seqused_k = seqused_k->data_ptr<int>();
+  if (seqused_k) params.seqused_k = sequence_ints(seqused_k, p, q, "seqused_k");
+}
+
+void set_leftpad_k(FwdParams& params, Problem const& p, std::optional<at::Tensor> const& leftpad_k,
+                   at::Tensor const& q) {
+  if (!leftpad_k) return;
+  TORCH_CHECK(!params.block_table, "flash_attn_cute: a paged K / V (block_table) takes no leftpad_k");
+  TORCH_CHECK(params.dropout.p == 0.f, "flash_attn_cute: leftpad_k takes no dropout (it is for inference)");
+  params.leftpad_k = sequence_ints(leftpad_k, p, q, "leftpad_k");
 }
 
 void set_score_mods(FwdParams& params, Problem const& p, ScoreMods const& mods, bool causal, at::Tensor const& q) {

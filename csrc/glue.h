@@ -94,6 +94,12 @@ void set_dropout(FwdParams& params, ScoreMods const& mods, std::optional<at::Ten
 void set_seqused_k(FwdParams& params, Problem const& p, std::optional<at::Tensor> const& seqused_k,
                    at::Tensor const& q);
 
+// Varlen only (flash-attn 2.6+'s leftpad_k): sequence b's keys start leftpad_k[b] rows into its
+// cu_seqlens_k range and end where it (or seqused_k[b]) does. Neither a paged K / V nor dropout
+// takes it. Call after set_paged_kv and set_dropout.
+void set_leftpad_k(FwdParams& params, Problem const& p, std::optional<at::Tensor> const& leftpad_k,
+                   at::Tensor const& q);
+
 // A paged K / V's block table: int32 (batch, pages per sequence) on q's device, with a contiguous
 // last dim; page_size a positive multiple of 16. Returns the keys a sequence can hold.
 int64_t check_block_table(at::Tensor const& block_table, at::Tensor const& q, int64_t batch, int64_t page_size);

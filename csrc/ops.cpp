@@ -16,7 +16,7 @@ TORCH_LIBRARY(flash_attn_cute, m) {
       "fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
       "int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, int window_size_left, "
       "int window_size_right, float softcap, Tensor? alibi_slopes, Tensor? seqused_k, float dropout_p, "
-      "Tensor(b!)? rng_state, Tensor? block_table, Tensor(c!)? out_residual) -> Tensor");
+      "Tensor(b!)? rng_state, Tensor? block_table, Tensor(c!)? out_residual, Tensor? leftpad_k=None) -> Tensor");
   m.def(
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, Tensor(a!) dq, "
       "Tensor(b!) dk, Tensor(c!) dv, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "

@@ -17,7 +17,8 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
                int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
                int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes,
                std::optional<at::Tensor> const& seqused_k, double dropout_p, std::optional<at::Tensor> const& rng_state,
-               std::optional<at::Tensor> const& block_table, std::optional<at::Tensor> const& out_residual);
+               std::optional<at::Tensor> const& block_table, std::optional<at::Tensor> const& out_residual,
+               std::optional<at::Tensor> const& leftpad_k);
 
 // Writes the gradients of attention(q, k, v) (which gave out and softmax_lse) for dout into dq, dk, dv.
 void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::Tensor const& v,

@@ -85,7 +85,7 @@ if _C is not None:
     @torch.library.register_fake("flash_attn_cute::fwd")
     def _fwd_fake(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                   window_size_left, window_size_right, softcap, alibi_slopes, seqused_k, dropout_p, rng_state,
-                  block_table, out_residual):
+                  block_table, out_residual, leftpad_k=None):
         if cu_seqlens_q is not None:
             return q.new_empty((q.size(1), q.size(0)), dtype=torch.float32)
         return q.new_empty((q.size(0), q.size(2), q.size(1)), dtype=torch.float32)
@@ -142,7 +142,7 @@ def _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes):
 
 def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, cu_seqlens_k=None,
         max_seqlen_q=None, max_seqlen_k=None, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, seqused_k=None,
-        dropout_p=0.0, block_table=None, out_residual=None):
+        dropout_p=0.0, block_table=None, out_residual=None, leftpad_k=None):
     """Low-level forward: returns (out, softmax_lse), and with dropout_p > 0 (out, softmax_lse,
     rng_state).
 
@@ -159,16 +159,20 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     which `bwd` takes to compute its row sums exactly. block_table (varlen only, forward only): k and v are a paged cache
     (num_blocks, page_size, nheads_k, d) and sequence b's keys are its first cu_seqlens_k[b + 1] -
     cu_seqlens_k[b] rows through pages block_table[b] (int32 (batch, max_blocks_per_seq)).
+    leftpad_k (varlen only, int32 (batch,), flash-attn 2.6+'s): sequence b's keys start leftpad_k[b]
+    rows into its cu_seqlens_k range (and end where the range, or seqused_k[b], does); neither a
+    paged K / V nor dropout takes it, and `bwd` does not (as in flash-attn 2.x).
     """
     max_seqlen_q, max_seqlen_k, window = check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                    causal, window_size, softcap, alibi_slopes, seqused_k, dropout_p,
-                                                   block_table, out=out, out_residual=out_residual)
+                                                   block_table, out=out, out_residual=out_residual, leftpad_k=leftpad_k)
     return run_fwd(q, k, v, out, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window,
-                   softcap, alibi_slopes, seqused_k, dropout_p, block_table, out_residual)
+                   softcap, alibi_slopes, seqused_k, dropout_p, block_table, out_residual, leftpad_k)
 
 
 def check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_size, softcap,
-              alibi_slopes, seqused_k, dropout_p, block_table=None, out=None, out_residual=None, pads=False):
+              alibi_slopes, seqused_k, dropout_p, block_table=None, out=None, out_residual=None, pads=False,
+              leftpad_k=None):
     """fwd's checks of its arguments; returns (max_seqlen_q, max_seqlen_k, window) as the kernels
     take them. pads: q, k, v are a flash_attn_* function's, which pads a head dim that is not a
     multiple of 8 and copies a layout the kernels cannot take (kernel_input) before calling run_fwd,
@@ -187,18 +191,20 @@ def check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, c
     window = _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes)
     V.check_seqused_k(seqused_k, cu_seqlens_k)
     V.check_dropout(dropout_p)
+    V.check_leftpad_k(leftpad_k, cu_seqlens_k, block_table, dropout_p)
     if out_residual is not None and not dropout_p:
         V._fail("out_residual is written by the dropout forward only (dropout_p > 0)")
     tensors = dict(q=q, k=k, v=v, out=out, out_residual=out_residual)
     if not pads:
         V.check_layout(**{n: t for n, t in tensors.items() if t is not None})
-    V.check_device(**tensors, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, block_table=block_table)
+    V.check_device(**tensors, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, block_table=block_table,
+                   seqused_k=seqused_k, leftpad_k=leftpad_k)
     _require_kernel(q.dtype, q.size(-1), causal, window, softcap, alibi_slopes, max_seqlen_k, dropout_p)
     return max_seqlen_q, max_seqlen_k, window
 
 
 def run_fwd(q, k, v, out, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window,
-            softcap, alibi_slopes, seqused_k, dropout_p, block_table=None, out_residual=None):
+            softcap, alibi_slopes, seqused_k, dropout_p, block_table=None, out_residual=None, leftpad_k=None):
     """fwd on arguments check_fwd passed (its max_seqlen_q / _k and window)."""
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.size(-1))
@@ -207,7 +213,7 @@ def run_fwd(q, k, v, out, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max
     rng_state = torch.empty(2, dtype=torch.int64, device=q.device) if dropout_p else None
     lse = torch.ops.flash_attn_cute.fwd(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                         float(softmax_scale), bool(causal), *window, float(softcap), alibi_slopes,
-                                        seqused_k, float(dropout_p), rng_state, block_table, out_residual)
+                                        seqused_k, float(dropout_p), rng_state, block_table, out_residual, leftpad_k)
     return (out, lse, rng_state) if dropout_p else (out, lse)
 
 

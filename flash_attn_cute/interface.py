@@ -344,28 +344,28 @@ def _flash_attn_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
                                seqused_k=None, zero_tensors=False):
     """_flash_attn_forward's varlen form: q (total_q, nheads, d), k, v (total_k, nheads_k, d), or paged
     (num_blocks, page_size, nheads_k, d) with block_table. zero_tensors changes nothing: every row of
-    out and softmax_lse is written (rows outside every sequence: 0 and +inf). leftpad_k is not
-    supported (flash_attn_with_kvcache's cache_leftpad is)."""
-    if leftpad_k is not None:
-        raise NotImplementedError("flash_attn_cute: _flash_attn_varlen_forward does not take leftpad_k "
-                                  "(flash_attn_with_kvcache takes cache_leftpad)")
+    out and softmax_lse is written (rows outside every sequence: 0 and +inf). leftpad_k (int32
+    (batch,)): sequence b's keys start leftpad_k[b] rows into its cu_seqlens_k range, without a
+    paged K / V or dropout (fwd's leftpad_k)."""
     return _low_level_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                               softmax_scale, causal, (window_size_left, window_size_right), softcap, alibi_slopes,
-                              return_softmax, block_table, seqused_k)
+                              return_softmax, block_table, seqused_k, leftpad_k)
 
 
 def _low_level_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
-                       causal, window_size, softcap, alibi_slopes, return_softmax, block_table=None, seqused_k=None):
+                       causal, window_size, softcap, alibi_slopes, return_softmax, block_table=None, seqused_k=None,
+                       leftpad_k=None):
     if return_softmax and not dropout_p:
         V._fail("return_softmax needs dropout_p > 0 (S_dmask is written only with dropout, as in flash-attn 2.x)")
     q, k, v = (kernel_input(x) if isinstance(x, torch.Tensor) else x for x in (q, k, v))
     max_seqlen_q, max_seqlen_k, window = check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                    causal, window_size, softcap, alibi_slopes, seqused_k, dropout_p,
-                                                   block_table)
+                                                   block_table, leftpad_k=leftpad_k)
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.size(-1))
     out, lse, *rng_state = run_fwd(q, k, v, None, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                   max_seqlen_k, window, softcap, alibi_slopes, seqused_k, dropout_p, block_table)
+                                   max_seqlen_k, window, softcap, alibi_slopes, seqused_k, dropout_p, block_table,
+                                   leftpad_k=leftpad_k)
     rng_state = rng_state[0] if rng_state else torch.empty(2, dtype=torch.int64, device=q.device)
     if not return_softmax:
         return out, lse, _no_attn_probs(q), rng_state

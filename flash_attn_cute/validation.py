@@ -272,16 +272,31 @@ def check_paged_kv(q, k, v, block_table, cu_seqlens_q, cu_seqlens_k, max_seqlen_
 
 def check_seqused_k(seqused_k, cu_seqlens_k):
     """seqused_k: int32 (batch,) next to cu_seqlens_k (varlen only)."""
-    if seqused_k is None:
+    _check_sequence_ints("seqused_k", seqused_k, cu_seqlens_k)
+
+
+def check_leftpad_k(leftpad_k, cu_seqlens_k, block_table, dropout_p):
+    """leftpad_k: int32 (batch,) next to cu_seqlens_k (varlen only), with neither a paged K / V nor
+    dropout (flash-attn 2.x refuses the first; the second is training, where it has no backward)."""
+    _check_sequence_ints("leftpad_k", leftpad_k, cu_seqlens_k)
+    if leftpad_k is not None and block_table is not None:
+        _fail("a paged K / V (block_table) takes no leftpad_k (as in flash-attn 2.x)")
+    if leftpad_k is not None and dropout_p:
+        _fail("leftpad_k takes no dropout (it is for inference; the backward does not take it)")
+
+
+def _check_sequence_ints(name, t, cu_seqlens_k):
+    """A per-sequence key bound: int32 (batch,), contiguous, next to cu_seqlens_k (varlen only)."""
+    if t is None:
         return
     if cu_seqlens_k is None:
-        _fail("seqused_k needs the varlen form (cu_seqlens_q / cu_seqlens_k)")
-    _check_tensor("seqused_k", seqused_k)
+        _fail(f"{name} needs the varlen form (cu_seqlens_q / cu_seqlens_k)")
+    _check_tensor(name, t)
     batch = cu_seqlens_k.numel() - 1
-    if seqused_k.dtype != torch.int32 or seqused_k.dim() != 1 or seqused_k.size(0) != batch:
-        _fail(f"seqused_k must be an int32 tensor of shape ({batch},), got {seqused_k.dtype} {tuple(seqused_k.shape)}")
-    if not seqused_k.is_contiguous():
-        _fail("seqused_k must be contiguous")
+    if t.dtype != torch.int32 or t.dim() != 1 or t.size(0) != batch:
+        _fail(f"{name} must be an int32 tensor of shape ({batch},), got {t.dtype} {tuple(t.shape)}")
+    if not t.is_contiguous():
+        _fail(f"{name} must be contiguous")
 
 
 def check_score_mods(window_size, softcap, alibi_slopes, batch, nheads, device):

@@ -56,9 +56,9 @@ def _fake_kernels(monkeypatch, calls):
     from flash_attn_cute import _ops, interface, validation
 
     def fake_run_fwd(q, k, v, out, scale, causal, cu_q, cu_k, max_q, max_k, window, softcap, alibi, seqused_k,
-                     dropout_p, block_table=None, out_residual=None):
+                     dropout_p, block_table=None, out_residual=None, leftpad_k=None):
         calls.append(("fwd", [validation.layout_problem(n, x) for n, x in (("q", q), ("k", k), ("v", v))],
-                      (scale, causal, max_q, max_k, window)))
+                      (scale, causal, max_q, max_k, window), leftpad_k))
         lse = torch.zeros(q.size(1), q.size(0)) if cu_q is not None else torch.zeros(q.size(0), q.size(2), q.size(1))
         result = (torch.ones_like(q), lse)
         return result + (torch.tensor([7, 9]),) if dropout_p else result
@@ -91,7 +91,7 @@ def test_forward_returns_four_values(monkeypatch):
     assert out.shape == q.shape and lse.shape == (B, H, S)
     assert S_dmask.shape == (0,) and S_dmask.dtype == F16
     assert rng_state.shape == (2,) and rng_state.dtype == torch.int64
-    assert calls == [("fwd", [None] * 3, (0.125, True, S, 12, (-1, -1)))]
+    assert calls == [("fwd", [None] * 3, (0.125, True, S, 12, (-1, -1)), None)]
     with pytest.raises(FlashAttnInputError, match="return_softmax needs dropout_p > 0"):
         fai._flash_attn_forward(q, k, v, 0.0, 0.125, True, -1, -1, 0.0, None, True)
     # With dropout: S_dmask is return_attn_probs' encoding under the mask rng_state redraws.
@@ -129,8 +129,11 @@ def test_varlen_forward(monkeypatch):
     assert calls[-1][2][2:4] == (7, 7)
     _, _, S_dmask, _ = fai._flash_attn_varlen_forward(q, k, v, cu, cu, 7, 7, 0.1, None, True, return_softmax=True)
     assert S_dmask.shape == (3, H, 7, 7) and (S_dmask[1] == 0).all()
-    with pytest.raises(NotImplementedError, match="leftpad_k"):
-        fai._flash_attn_varlen_forward(q, k, v, cu, cu, 7, 7, 0.0, None, True, leftpad_k=torch.zeros(3, dtype=torch.int32))
+    pad = torch.tensor([0, 0, 2], dtype=torch.int32)
+    fai._flash_attn_varlen_forward(q, k, v, cu, cu, 7, 7, 0.0, None, True, leftpad_k=pad)
+    assert calls[-1][3] is pad
+    with pytest.raises(FlashAttnInputError, match="leftpad_k takes no dropout"):
+        fai._flash_attn_varlen_forward(q, k, v, cu, cu, 7, 7, 0.1, None, True, leftpad_k=pad)
     table = torch.zeros(3, 1, dtype=torch.int32)
     fai._flash_attn_varlen_forward(q, _t(2, 16, 2, D), _t(2, 16, 2, D), cu, cu, 7, 7, 0.0, None, False,
                                    block_table=table)

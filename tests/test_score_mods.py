@@ -166,6 +166,31 @@ def test_kvcache_score_mods(mods, page_size, seqlen_q):
     assert not math.isnan(out.float().sum().item())
 
 
+@pytest.mark.parametrize("window", [(-1, -1), (-1, 0), (40, 8)], ids=["full", "causal", "local"])
+@pytest.mark.parametrize("seqused", [False, True], ids=["range", "seqused"])
+def test_varlen_leftpad_k(window, seqused):
+    """leftpad_k (flash_attn_interface._flash_attn_varlen_forward, as flash-attn 2.6+): sequence b's keys
+    start leftpad_k[b] rows into its cu_seqlens_k range and end where the range does, or seqused_k[b]
+    rows into it; pads past the end leave a sequence no keys."""
+    from flash_attn_cute import flash_attn_interface as fai
+    torch.manual_seed(5)
+    seqlens_q = [0, 17, 128, 1, 300, 5, 9]
+    seqlens_k = [5, 0, 128, 77, 299, 40, 30]
+    pads = [2, 0, 100, 0, 13, 40, 31]
+    used = [4, 0, 120, 77, 299, 40, 30]
+    q, k, v, _, cu_q, cu_k = _varlen_case(BF16, 128, seqlens_q, seqlens_k)
+    ends = used if seqused else seqlens_k
+    counts = [max(e - p, 0) for e, p in zip(ends, pads)]
+    kw = dict(seqused_k=torch.tensor(used, device="cuda", dtype=torch.int32)) if seqused else {}
+    out, lse, _, _ = fai._flash_attn_varlen_forward(
+        q, k, v, cu_q, cu_k, max(seqlens_q), max(seqlens_k), 0.0, None, window == (-1, 0), *window,
+        leftpad_k=torch.tensor(pads, device="cuda", dtype=torch.int32), **kw)
+    keep = torch.cat([torch.arange(int(cu_k[b]) + pads[b], int(cu_k[b]) + pads[b] + counts[b], device="cuda")
+                      for b in range(len(pads))])
+    cu_kept = torch.tensor([0] + counts, device="cuda").cumsum(0).int()
+    _check_varlen(q, k[keep], v[keep], cu_q, cu_kept, out, lse, causal=window == (-1, 0), window_size=window)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_varlen_seqused_k(causal):
     """seqused_k: sequence b attends to the first seqused_k[b] of its keys; the rest get zero gradients."""

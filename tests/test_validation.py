@@ -431,6 +431,24 @@ def test_bad_seqused_k():
            lambda: CALLS["varlen"](seqused_k=torch.zeros(4, dtype=torch.int32)))
 
 
+def test_bad_leftpad_k():
+    def varlen_fwd(**kw):
+        return fac.fwd(*vqkv(), cu_seqlens_q=CU, cu_seqlens_k=CU, max_seqlen_q=7, max_seqlen_k=7, **kw)
+
+    pad = torch.zeros(3, dtype=torch.int32)
+    raises(r"leftpad_k needs the varlen form", lambda: fac.fwd(*qkv(), leftpad_k=torch.zeros(B, dtype=torch.int32)))
+    raises(r"leftpad_k must be an int32 tensor of shape \(3,\)", lambda: varlen_fwd(leftpad_k=torch.zeros(3)))
+    raises(r"leftpad_k must be an int32 tensor of shape \(3,\)",
+           lambda: varlen_fwd(leftpad_k=torch.zeros(2, dtype=torch.int32)))
+    raises(r"leftpad_k must be contiguous", lambda: varlen_fwd(leftpad_k=torch.zeros(6, dtype=torch.int32)[::2]))
+    raises(r"leftpad_k takes no dropout", lambda: varlen_fwd(leftpad_k=pad, dropout_p=0.1))
+    raises(r"block_table\) takes no leftpad_k",
+           lambda: fac.fwd(t(T, H, D), t(3, 16, H, D), t(3, 16, H, D), cu_seqlens_q=CU, cu_seqlens_k=CU,
+                           max_seqlen_q=7, max_seqlen_k=7, block_table=torch.zeros(3, 1, dtype=torch.int32),
+                           leftpad_k=pad))
+    raises(DEVICE_MSG, lambda: varlen_fwd(leftpad_k=pad))
+
+
 @pytest.mark.parametrize("case", SCORE_MODS)
 @pytest.mark.parametrize("fn", CALLS)
 def test_bad_score_mods(fn, case):
