@@ -80,14 +80,7 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   params.dq_semaphore = deterministic ? dq_semaphore.data_ptr<int>() : nullptr;
   params.dq_rotate = bwd_dq_rotate(deterministic, params.window, n_blocks, params.num_sms);
   const cudaError_t err = run_bwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
-  if (err == cudaErrorLaunchOutOfResources) {
-    cudaGetLastError();  // as check_launch
-    int smem_optin = 0;
-    cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, params.device);
-    TORCH_CHECK(false, "flash_attn_cute: the backward kernel for head dim ", p.head_dim,
-                " needs more shared memory per block than this GPU's ", smem_optin / 1024, " KB");
-  }
-  check_launch(err, "backward kernel");
+  check_launch(err, "backward kernel", params.device, p.head_dim);
 }
 
 }  // namespace flash_attn_cute

@@ -60,7 +60,7 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
   const std::vector<at::Tensor> split_buffers = choose_splits(params, p, lse, 0);
   const std::vector<at::Tensor> scratch = ws_scratch(params, p, q);
   const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
-  check_launch(err, "forward kernel");
+  check_launch(err, "forward kernel", params.device, p.head_dim);
   return rows.caller_lse();
 }
 

@@ -82,9 +82,15 @@ Problem check_problem(at::Tensor const& q, at::Tensor const& k, at::Tensor const
   return p;
 }
 
-void check_launch(cudaError_t err, char const* what) {
+void check_launch(cudaError_t err, char const* what, int device, int64_t head_dim) {
   if (err == cudaSuccess) return;
   cudaGetLastError();
+  if (err == cudaErrorLaunchOutOfResources && head_dim > 0) {
+    int smem_optin = 0;
+    cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    TORCH_CHECK(false, "flash_attn_cute: the ", what, " for head dim ", head_dim,
+                " needs more shared memory per block than this GPU's ", smem_optin / 1024, " KB");
+  }
   TORCH_CHECK(false, "flash_attn_cute: ", what, " launch failed: ", cudaGetErrorString(err));
 }
 

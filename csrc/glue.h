@@ -39,8 +39,9 @@ inline constexpr int64_t kMaxSeqlen = (int64_t{1} << 31) - 1024;
 
 // Raises "flash_attn_cute: <what> launch failed: ..." where err is not cudaSuccess, clearing the
 // launch's error first: left set, it would fail the next, unrelated CUDA check (a caller that
-// catches this exception carries on).
-void check_launch(cudaError_t err, char const* what);
+// catches this exception carries on). With a head dim, cudaErrorLaunchOutOfResources (the kernel
+// needs more shared memory than `device` allows a block, launch.h's allow_dynamic_smem) says so.
+void check_launch(cudaError_t err, char const* what, int device = 0, int64_t head_dim = 0);
 
 // (batch, seqlen, heads, dim), or (total, heads, dim) in varlen mode.
 TensorView view_of(at::Tensor const& t, bool varlen);

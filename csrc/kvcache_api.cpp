@@ -145,7 +145,7 @@ at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tenso
   const std::vector<at::Tensor> split_buffers = choose_splits(params, p, rows.lse, num_splits);
   const std::vector<at::Tensor> scratch = ws_scratch(params, p, q);
   const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
-  check_launch(err, "forward kernel");
+  check_launch(err, "forward kernel", params.device, p.head_dim);
   return rows.caller_lse();
 }
 

@@ -10,6 +10,7 @@
 #include "bwd_api.h"
 #include "bwd_kernel_traits.h"  // DqHandOn
 #include "bwd_preprocess.h"
+#include "launch.h"
 #include "params.h"
 #include "utils.h"
 
@@ -197,9 +198,10 @@ template <class Traits, class Kernel>
 cudaError_t launch_bwd_passes(Kernel kernel, dim3 grid, int smem_bytes, BwdParams const& params,
                               cudaStream_t stream) {
   using Element = typename Traits::Element;
-  cudaError_t err = run_row_kernel(bwd_dot_do_o_kernel<Element, Traits::kBlockM, Traits::kBlockN>, params, stream);
+  // Head dim 256 needs more than sm_80's 164 KB (allow_dynamic_smem): nothing runs.
+  cudaError_t err = allow_dynamic_smem(kernel, smem_bytes, params.device);
   if (err != cudaSuccess) return err;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  err = run_row_kernel(bwd_dot_do_o_kernel<Element, Traits::kBlockM, Traits::kBlockN>, params, stream);
   if (err != cudaSuccess) return err;
   kernel<<<grid, Traits::kNThreads, smem_bytes, stream>>>(params);
   err = cudaPeekAtLastError();

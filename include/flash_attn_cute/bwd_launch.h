@@ -17,11 +17,6 @@ namespace flash_attn_cute {
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream) {
   using Traits = BwdKernelTraits<kHeadDim, typename ElementOf<kDType>::type>;
-  // Head dim 256 needs more than sm_80's 164 KB: the caller reports it instead of a failed launch.
-  int smem_optin = 0;
-  cudaError_t err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, params.device);
-  if (err != cudaSuccess) return err;
-  if (Traits::kSmemBytes > smem_optin) return cudaErrorLaunchOutOfResources;
   const int n_blocks = ceil_div(params.seqlen_k, Traits::kBlockN);
   const int64_t ctas = int64_t(n_blocks) * params.batch * params.heads_k;
   const bool key_block_major = bwd_grid_key_block_major(kIsCausal, params.deterministic, params.dq_rotate);

@@ -7,6 +7,7 @@
 #include "fwd_api.h"
 #include "fwd_kernel.h"
 #include "kernel_traits.h"
+#include "launch.h"
 
 namespace flash_attn_cute {
 
@@ -16,10 +17,8 @@ cudaError_t launch_fwd_kernel(FwdParams const& params, cudaStream_t stream) {
   auto kernel = flash_fwd_kernel<Traits, kIsCausal, kIsEvenK, kIsSplit, kVariant>;
   const int warps = kIsSplit ? split_warps(params.num_splits) : 1;  // the split kernel's CTAs: warps x one warp's
   const int smem_bytes = Traits::kSmemBytes * warps;
-  if (smem_bytes >= kDefaultMaxDynamicSmemBytes) {
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-    if (err != cudaSuccess) return err;
-  }
+  const cudaError_t err = allow_dynamic_smem(kernel, smem_bytes, params.device);
+  if (err != cudaSuccess) return err;
   const int m_blocks = ceil_div(params.seqlen_q, Traits::kBlockM);
   const dim3 grid(m_blocks * (kIsSplit ? split_ctas(params.num_splits) : 1), params.batch, params.heads);
   if (kIsSplit && split_launch_dependent(params.batch, params.heads_k, params.seqlen_k, params.head_dim,

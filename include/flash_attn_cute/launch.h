@@ -17,6 +17,19 @@ namespace flash_attn_cute {
 // (cudaFuncAttributeMaxDynamicSharedMemorySize).
 inline constexpr int kDefaultMaxDynamicSmemBytes = 48 * 1024;
 
+// Lets `kernel` take smem_bytes of dynamic shared memory on `device`, or returns
+// cudaErrorLaunchOutOfResources where the device allows less per block (sm_86 / sm_89: 99 KB),
+// which the torch glue (check_launch) reports as such instead of a failed launch.
+template <class Kernel>
+cudaError_t allow_dynamic_smem(Kernel kernel, int smem_bytes, int device) {
+  if (smem_bytes < kDefaultMaxDynamicSmemBytes) return cudaSuccess;
+  int smem_optin = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (err != cudaSuccess) return err;
+  if (smem_bytes > smem_optin) return cudaErrorLaunchOutOfResources;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+}
+
 __device__ __forceinline__ void allow_dependent_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
