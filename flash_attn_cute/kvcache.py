@@ -13,12 +13,6 @@ from .interface import _round_up_head_dim
 MAX_SPLITS = 128  # include/flash_attn_cute/split_kv.h: kMaxSplits
 
 
-def _check_int32_vector(name, t, batch):
-    V._check_tensor(name, t)
-    if t.dtype != torch.int32 or t.dim() != 1 or t.size(0) != batch:
-        V._fail(f"{name} must be an int32 tensor of shape ({batch},), got {t.dtype} {tuple(t.shape)}")
-
-
 def check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
                   block_table, num_splits):
     """Shapes, dtypes and the values that can be read without a device synchronisation. Returns the
@@ -53,9 +47,9 @@ def check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
         if cache_batch_idx is None and k_cache.size(0) != batch:
             V._fail(f"k_cache batch {k_cache.size(0)} must equal q batch {batch} (or give cache_batch_idx)")
         if cache_batch_idx is not None:
-            _check_int32_vector("cache_batch_idx", cache_batch_idx, batch)
+            V.check_int32_vector("cache_batch_idx", cache_batch_idx, batch)
         if cache_leftpad is not None:
-            _check_int32_vector("cache_leftpad", cache_leftpad, batch)
+            V.check_int32_vector("cache_leftpad", cache_leftpad, batch)
 
     seqlen_new = 0
     if (k is None) != (v is None):
@@ -96,7 +90,7 @@ def check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
         if cache_seqlens < 0:
             V._fail(f"cache_seqlens must be >= 0, got {cache_seqlens}")
     else:
-        _check_int32_vector("cache_seqlens", cache_seqlens, batch)
+        V.check_int32_vector("cache_seqlens", cache_seqlens, batch)
         longest = None
         if cache_seqlens.device.type == "cpu" and batch and not torch.compiler.is_compiling():
             if bool((cache_seqlens < 0).any()):
@@ -113,9 +107,7 @@ def check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
     if head_dim % V.ALIGN_ELEMENTS == 0:
         V.check_layout(k_cache=k_cache, v_cache=v_cache)
     else:
-        for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-            if t.stride(-1) != 1:
-                V._fail(f"{name} must have a contiguous last dimension (stride(-1) == 1), got strides {t.stride()}")
+        V.check_last_dim(k_cache=k_cache, v_cache=v_cache)
     V.check_device(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                    block_table=block_table,
                    cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,

@@ -38,12 +38,20 @@ def check_dtypes(**tensors):
             _fail(f"{name} has dtype {t.dtype} but {first_name} has {first.dtype}; all must match")
 
 
+def last_dim_problem(name, t):
+    """Why t's last dim is not contiguous, or None."""
+    if t.dim() and t.size(-1) > 1 and t.stride(-1) != 1:
+        return f"{name} must have a contiguous last dimension (stride(-1) == 1), got strides {t.stride()}"
+    return None
+
+
 def layout_problem(name, t):
     """Why the kernels cannot take t's layout, or None: the last dim contiguous, 16-byte aligned
     strides and pointer (the pointer is unknown while torch.compile traces)."""
+    problem = last_dim_problem(name, t)
+    if problem:
+        return problem
     sizes, strides = t.shape, t.stride()
-    if sizes and sizes[-1] > 1 and strides[-1] != 1:
-        return f"{name} must have a contiguous last dimension (stride(-1) == 1), got strides {strides}"
     for size, stride in zip(sizes[:-1], strides[:-1]):
         if size > 1 and stride % ALIGN_ELEMENTS:
             return (f"{name} strides {strides} must be multiples of {ALIGN_ELEMENTS} elements "
@@ -54,8 +62,17 @@ def layout_problem(name, t):
 
 
 def check_layout(**tensors):
+    _fail_on_first(layout_problem, tensors)
+
+
+def check_last_dim(**tensors):
+    """A contiguous last dim: all the Python layer's padded copies of a tensor need."""
+    _fail_on_first(last_dim_problem, tensors)
+
+
+def _fail_on_first(problem_of, tensors):
     for name, t in tensors.items():
-        problem = layout_problem(name, t)
+        problem = problem_of(name, t)
         if problem:
             _fail(problem)
 
@@ -291,12 +308,16 @@ def _check_sequence_ints(name, t, cu_seqlens_k):
         return
     if cu_seqlens_k is None:
         _fail(f"{name} needs the varlen form (cu_seqlens_q / cu_seqlens_k)")
-    _check_tensor(name, t)
-    batch = cu_seqlens_k.numel() - 1
-    if t.dtype != torch.int32 or t.dim() != 1 or t.size(0) != batch:
-        _fail(f"{name} must be an int32 tensor of shape ({batch},), got {t.dtype} {tuple(t.shape)}")
+    check_int32_vector(name, t, cu_seqlens_k.numel() - 1)
     if not t.is_contiguous():
         _fail(f"{name} must be contiguous")
+
+
+def check_int32_vector(name, t, batch):
+    """t: an int32 tensor of shape (batch,)."""
+    _check_tensor(name, t)
+    if t.dtype != torch.int32 or t.dim() != 1 or t.size(0) != batch:
+        _fail(f"{name} must be an int32 tensor of shape ({batch},), got {t.dtype} {tuple(t.shape)}")
 
 
 def check_score_mods(window_size, softcap, alibi_slopes, batch, nheads, device):
