@@ -295,10 +295,12 @@ def check_seqused_k(seqused_k, cu_seqlens_k):
 def check_leftpad_k(leftpad_k, cu_seqlens_k, block_table, dropout_p):
     """leftpad_k: int32 (batch,) next to cu_seqlens_k (varlen only), with neither a paged K / V nor
     dropout (flash-attn 2.x refuses the first; the second is training, where it has no backward)."""
+    if leftpad_k is None:
+        return
     _check_sequence_ints("leftpad_k", leftpad_k, cu_seqlens_k)
-    if leftpad_k is not None and block_table is not None:
+    if block_table is not None:
         _fail("a paged K / V (block_table) takes no leftpad_k (as in flash-attn 2.x)")
-    if leftpad_k is not None and dropout_p:
+    if dropout_p:
         _fail("leftpad_k takes no dropout (it is for inference; the backward does not take it)")
 
 
