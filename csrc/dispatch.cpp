@@ -7,6 +7,7 @@
 #include "flash_attn_cute/fwd_api.h"
 #include "generated/bwd_instances.h"
 #include "generated/bwd_sm90_instances.h"
+#include "generated/bwd_small_instances.h"
 #include "generated/fwd_instances.h"
 #include "generated/fwd_sm90_instances.h"
 
@@ -56,6 +57,14 @@ bool bwd_takes_sm90(BwdParams const& params) {
 }  // namespace
 
 cudaError_t run_bwd_dispatch(BwdParams const& params, cudaStream_t stream) {
+  if (params.small_smem) {
+#define FLASH_TRY_SMALL(DT, HDIM, CAUSAL, EVEN_K, VARIANT)                \
+  if (matches(params, DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT)) \
+    return run_bwd_small<DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT>(params, stream);
+    FLASH_BWD_SMALL_INSTANCES(FLASH_TRY_SMALL)
+#undef FLASH_TRY_SMALL
+    return cudaErrorLaunchOutOfResources;  // built without them: no kernel of this build fits the GPU
+  }
   if (bwd_takes_sm90(params)) {
 #define FLASH_TRY_SM90(DT, HDIM, CAUSAL, EVEN_K, VARIANT)                  \
   if (matches(params, DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT)) \
@@ -70,6 +79,8 @@ cudaError_t run_bwd_dispatch(BwdParams const& params, cudaStream_t stream) {
 #undef FLASH_TRY
   return cudaErrorNotSupported;
 }
+
+bool bwd_small_runs_on(int cc_major) { return cc_major < 9 || FLASH_BWD_SMALL_EVERY_ARCH; }
 
 #define FLASH_BUILT(DT, HDIM, CAUSAL, EVEN_K, VARIANT) \
   if (dtype == DType::DT && kernel_head_dim == HDIM && variant == Variant::VARIANT) return true;

@@ -86,12 +86,18 @@ void check_launch(cudaError_t err, char const* what, int device, int64_t head_di
   if (err == cudaSuccess) return;
   cudaGetLastError();
   if (err == cudaErrorLaunchOutOfResources && head_dim > 0) {
-    int smem_optin = 0;
-    cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     TORCH_CHECK(false, "flash_attn_cute: the ", what, " for head dim ", head_dim,
-                " needs more shared memory per block than this GPU's ", smem_optin / 1024, " KB");
+                " needs more shared memory per block than this GPU's ", smem_per_block_optin(device) / 1024, " KB");
   }
   TORCH_CHECK(false, "flash_attn_cute: ", what, " launch failed: ", cudaGetErrorString(err));
+}
+
+int smem_per_block_optin(int device) {
+  const char* env = std::getenv("FLASH_ATTN_CUTE_BWD_SMEM_LIMIT");
+  if (env != nullptr && *env != '\0') return std::atoi(env);
+  int smem_optin = 0;
+  cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  return smem_optin;
 }
 
 void check_like(at::Tensor const& t, at::Tensor const& like, char const* name, char const* like_name) {

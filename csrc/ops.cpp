@@ -7,6 +7,7 @@
 #include "flash_attn_cute/fwd_api.h"
 #include "generated/bwd_instances.h"
 #include "generated/bwd_sm90_instances.h"
+#include "generated/bwd_small_instances.h"
 #include "generated/fwd_instances.h"
 #include "generated/fwd_sm90_instances.h"
 #include "torch_api.h"
@@ -82,6 +83,13 @@ pybind11::list built_bwd_sm90_kernels() {
   FLASH_BWD_SM90_INSTANCES(FLASH_KERNEL_LIST)
   return kernels;
 }
+// The (dtype, kernel head dim, causal, variant) small-tile backward kernels (GPUs with less shared
+// memory a block than the default tiles take) in this build.
+pybind11::list built_bwd_small_kernels() {
+  pybind11::list kernels;
+  FLASH_BWD_SMALL_INSTANCES(FLASH_KERNEL_LIST)
+  return kernels;
+}
 #undef FLASH_KERNEL_LIST
 
 }  // namespace
@@ -95,4 +103,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "(dtype, kernel head dim, causal, variant) Hopper forward kernels in this build");
   m.def("built_bwd_sm90_kernels", &built_bwd_sm90_kernels,
         "(dtype, kernel head dim, causal, variant) Hopper backward kernels in this build");
+  m.def("built_bwd_small_kernels", &built_bwd_small_kernels,
+        "(dtype, kernel head dim, causal, variant) small-tile backward kernels in this build");
+  m.def("bwd_small_runs_on_hopper", [] { return bool(FLASH_BWD_SMALL_EVERY_ARCH); },
+        "whether the small-tile backward kernels were built for sm_90 too (FLASH_ATTN_CUTE_SMALL_SMEM_BWD=1)");
 }

@@ -32,6 +32,11 @@ constexpr bool bwd_dq_rotate(bool deterministic, Window window, int64_t n_blocks
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream);
 
+// The same on the small tiles of GPUs with 99 KB of shared memory a block (BwdParams::small_smem),
+// built where the build targets such GPUs (csrc/features.py).
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
+cudaError_t run_bwd_small(BwdParams const& params, cudaStream_t stream);
+
 // The Hopper backward (bwd_kernel_sm90.h): every variant, head dims 64 and 128.
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd_sm90(BwdParams const& params, cudaStream_t stream);
@@ -39,6 +44,10 @@ cudaError_t run_bwd_sm90(BwdParams const& params, cudaStream_t stream);
 // Runs the backward on params.dtype / params.head_dim / params.is_causal. Returns
 // cudaErrorNotSupported when that combination was left out of this build.
 cudaError_t run_bwd_dispatch(BwdParams const& params, cudaStream_t stream);
+
+// Whether this build's small-tile backward kernels run on compute capability cc_major.x (on 9.x
+// only when built for every arch: csrc/features.py).
+bool bwd_small_runs_on(int cc_major);
 
 // Whether this build holds a backward kernel for the dtype, (kernel) head dim and variant.
 bool bwd_is_built(DType dtype, int kernel_head_dim, Variant variant);

@@ -198,7 +198,7 @@ template <class Traits, class Kernel>
 cudaError_t launch_bwd_passes(Kernel kernel, dim3 grid, int smem_bytes, BwdParams const& params,
                               cudaStream_t stream) {
   using Element = typename Traits::Element;
-  // Head dim 256 needs more than sm_80's 164 KB (allow_dynamic_smem): nothing runs.
+  // Where the GPU allows a block less (allow_dynamic_smem; the torch glue names its limit), nothing runs.
   cudaError_t err = allow_dynamic_smem(kernel, smem_bytes, params.device);
   if (err != cudaSuccess) return err;
   err = run_row_kernel(bwd_dot_do_o_kernel<Element, Traits::kBlockM, Traits::kBlockN>, params, stream);

@@ -5,8 +5,10 @@
 //   dP = dO V^T, dS = P * (dP - D)                              (D = rowsum(dO * O), preprocessed)
 //   dV += P^T dO, dK += dS^T Q,  dQaccum += dS K                (fp32 reductions: bwd_epilogue.h)
 // (with dropout, P carries the mask in its sign: see bwd_step).
-// Q and dO are double-buffered: the next row block loads during this one. The causal diagonal and
-// a key block past seqlen_k run the masked step; the rest run mask-free, with the same body.
+// Q and dO are double-buffered: the next row block loads during this one (in the small tiles of
+// GPUs with 99 KB of shared memory a block, single-buffered from head dim 128: it loads after this
+// one). The causal diagonal and a key block past seqlen_k run the masked step; the rest run
+// mask-free, with the same body.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -34,6 +36,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kSlot = Traits::kSmemQElems;
+  constexpr int kQSlots = Traits::kQSlots;
   const int tidx = threadIdx.x;
 
   const Window window = params.kernel_window<Has_mods, Is_causal>();
@@ -58,11 +61,11 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
                                             index_t(m_block) * kBlockM);
   };
 
-  // Shared memory: Q x 2, dO x 2, K, V, P, dS (then LSE and D, the dQ tile), and the transposed
-  // views the GEMMs read.
+  // Shared memory: Q x kQSlots, dO x kQSlots, K, V, P, dS (then LSE and D, the dQ tile), and the
+  // transposed views the GEMMs read.
   Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), typename Traits::SmemLayoutQ{});
-  Tensor sdO = make_tensor(sQ.data() + 2 * kSlot, typename Traits::SmemLayoutQ{});              // (kBlockM, kHeadDim)
-  Tensor sK = make_tensor(sdO.data() + 2 * kSlot, typename Traits::SmemLayoutKV{});             // (kBlockN, kHeadDim)
+  Tensor sdO = make_tensor(sQ.data() + kQSlots * kSlot, typename Traits::SmemLayoutQ{});        // (kBlockM, kHeadDim)
+  Tensor sK = make_tensor(sdO.data() + kQSlots * kSlot, typename Traits::SmemLayoutKV{});       // (kBlockN, kHeadDim)
   Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});               // (kBlockN, kHeadDim)
   Tensor sP = make_tensor(sV.data() + size(sV), typename Traits::SmemLayoutPdS{});              // (kBlockM, kBlockN)
   Tensor sdS = make_tensor(sP.data() + size(sP), typename Traits::SmemLayoutPdS{});             // (kBlockM, kBlockN)
@@ -171,7 +174,8 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   [[maybe_unused]] const float keep_prob = 1.f - params.dropout.p;
 
   // One query row block of query head bidh. On entry its Q, dO, LSE and D are in flight into
-  // `slot`; the next row block (if any) starts loading into the other slot.
+  // `slot`; the next row block (if any) starts loading into the other slot, or with one slot into
+  // the same once this block is done with it.
   auto bwd_step = [&](int bidh, int m_block, int slot, auto is_masked, bool has_next, int next_bidh,
                       int next_m_block) __attribute__((always_inline)) {
     const int m_start = m_block * kBlockM;
@@ -179,7 +183,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     // Q, dO, LSE, D of this block have landed; every warp is done with the other slot, P and dS.
     dq_accum.barrier();
     dq_accum.poll_turn(params.deterministic ? dq_semaphore_at(params, bidb, bidh, m_block, kBlockM) : nullptr);
-    if (has_next) load_q_lse_d(next_bidh, next_m_block, slot ^ 1);
+    if (kQSlots == 2 && has_next) load_q_lse_d(next_bidh, next_m_block, slot ^ 1);
     // This thread's rows of LSE (in log2 units) and D. Rows past seqlen_q get LSE = +inf: P = 0.
     Tensor lse_log2 = make_tensor<float>(Shape<Int<kRows>>{});
     Tensor dsum = make_tensor<float>(Shape<Int<kRows>>{});
@@ -195,7 +199,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
     clear(tSrS);
     gemm_ss(mma_sdp, tSrS, tSrQ, tSrK, in_slot(tSsQ, slot, kSlot), tSsK, copy_sdp_A, copy_sdp_B, tidx);
-    if (has_next) load_do(next_bidh, next_m_block, slot ^ 1);
+    if (kQSlots == 2 && has_next) load_do(next_bidh, next_m_block, slot ^ 1);
     [[maybe_unused]] const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
     if constexpr (Has_mods) {
       if (params.softcap > 0.f) apply_softcap(tSrS, params.softcap);
@@ -242,6 +246,13 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
                       m_start * params.dq_accum_row_stride;
     dq_accum.add(acc_dq, gdQaccum);
     gemm_ss(mma_dkv, acc_dk, tdKrdSt, tdKrQt, tdKsdSt, in_slot(tdKsQt, slot, kSlot), copy_dkv_A, copy_dkv_B, tidx);
+    if constexpr (kQSlots == 1) {
+      if (has_next) {
+        dq_accum.barrier();  // every warp is done with Q and dO
+        load_q_lse_d(next_bidh, next_m_block, 0);
+        load_do(next_bidh, next_m_block, 0);
+      }
+    }
   };
 
   if (range.m_block_max > range.m_block_min) {
@@ -268,7 +279,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     load_do(bidh_begin, row_block(0), 0);
     int slot = 0;
     for (int bidh = bidh_begin; bidh < bidh_end; ++bidh) {
-      for (int i = 0; i < range.m_block_max - range.m_block_min; ++i, slot ^= 1) {
+      for (int i = 0; i < range.m_block_max - range.m_block_min; ++i, slot ^= kQSlots - 1) {
         const int m_block = row_block(i);
         const bool last_of_head = i + 1 == range.m_block_max - range.m_block_min;
         const bool has_next = !last_of_head || bidh + 1 < bidh_end;
@@ -304,13 +315,23 @@ FLASH_HOST_DEVICE constexpr bool bwd_grid_key_block_major(bool is_causal, bool d
 template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_kernel(__grid_constant__ const BwdParams params) {
   extern __shared__ __align__(128) char smem[];
-  // The CTA's tile in either order, then one call of the (inlined) column block: a call per order
-  // compiled the whole backward twice (the SM80 backward files took 1.5x as long, session 27).
-  FwdWsTile tile{int(blockIdx.z), int(blockIdx.y), int(blockIdx.x)};
-  if (!bwd_grid_key_block_major(Is_causal, params.deterministic, params.dq_rotate)) {
-    tile = bwd_cta_tile<Traits::kHeadDim, Traits::kBlockN, typename Traits::Element, Is_causal>(params, blockIdx.x);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(FLASH_ATTN_CUTE_SMALL_SMEM_BWD_EVERY_ARCH)
+  // The small tiles serve GPUs below sm_90 only, unless built for every arch (csrc/features.py).
+  constexpr bool kBuilt = !Traits::kSmallSmem;
+#else
+  constexpr bool kBuilt = true;
+#endif
+  if constexpr (!kBuilt) {
+    __trap();
+  } else {
+    // The CTA's tile in either order, then one call of the (inlined) column block: a call per order
+    // compiled the whole backward twice (the SM80 backward files took 1.5x as long, session 27).
+    FwdWsTile tile{int(blockIdx.z), int(blockIdx.y), int(blockIdx.x)};
+    if (!bwd_grid_key_block_major(Is_causal, params.deterministic, params.dq_rotate)) {
+      tile = bwd_cta_tile<Traits::kHeadDim, Traits::kBlockN, typename Traits::Element, Is_causal>(params, blockIdx.x);
+    }
+    bwd_col_block<Traits, Is_causal, Is_even_K, kVariant>(params, smem, tile.m_block, tile.bidb, tile.bidh);
   }
-  bwd_col_block<Traits, Is_causal, Is_even_K, kVariant>(params, smem, tile.m_block, tile.bidb, tile.bidh);
 }
 
 }  // namespace flash_attn_cute

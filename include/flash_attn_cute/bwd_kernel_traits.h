@@ -44,18 +44,21 @@ FLASH_HOST_DEVICE FwdWsTile bwd_cta_tile(BwdParams const& params, int cta) {
   return order.tile<false>(cta);  // key block 0 first
 }
 
-template <int kHeadDim_, typename Element_>
+// kSmallSmem: bwd_tile_shape's tiles for GPUs with 99 KB of shared memory a block.
+template <int kHeadDim_, typename Element_, bool kSmallSmem_ = false>
 struct BwdKernelTraits {
   using Element = Element_;
   using ElementAccum = float;
 
-  static constexpr BwdTileShape kTile = bwd_tile_shape(kHeadDim_);
+  static constexpr bool kSmallSmem = kSmallSmem_;
+  static constexpr BwdTileShape kTile = bwd_tile_shape(kHeadDim_, kSmallSmem);
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kNWarps = kTile.n_warps;
   static constexpr int kNThreads = kNWarps * 32;
-  static_assert(kHeadDim % 32 == 0);
+  static constexpr int kQSlots = kTile.q_slots;
+  static_assert(kHeadDim % 32 == 0 && (kQSlots == 1 || kQSlots == 2));
 
   // Each warp covers 16 x 16 of its MMA's output per atom step; warps split the two output modes
   // as the tile table says.
@@ -98,17 +101,20 @@ struct BwdKernelTraits {
   using SmemCopyAtomTransposed = Copy_Atom<SM75_U16x8_LDSM_T, Element>;
   using SmemCopyAtomPdS = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
 
-  // Shared memory, in this order: Q x 2, dO x 2 (the next row block loads while this one runs),
-  // K, V, P, dS, then the fp32 LSE and D of the row block x 2 (they load with its Q and dO) and
-  // DqAccumulator's hand-on slots (DqHandOn). The dK / dV epilogue reuses K and V.
+  // Shared memory, in this order: Q x kQSlots, dO x kQSlots (with two, the next row block loads
+  // while this one runs), K, V, P, dS, then the fp32 LSE and D of the row block x kQSlots (they load
+  // with its Q and dO) and DqAccumulator's hand-on slots (DqHandOn). The dK / dV epilogue reuses K
+  // and V.
   static constexpr int kSmemQElems = cosize_v<SmemLayoutQ>;
   static constexpr int kSmemKVElems = cosize_v<SmemLayoutKV>;
   static constexpr int kSmemPdSElems = cosize_v<SmemLayoutPdS>;
-  static constexpr int kSmemLseDOffset = (4 * kSmemQElems + 2 * kSmemKVElems + 2 * kSmemPdSElems) * sizeof(Element);
-  static constexpr int kSmemDQHandOnOffset = kSmemLseDOffset + 2 * 2 * kBlockM * int(sizeof(float));
+  static constexpr int kSmemLseDOffset =
+      (2 * kQSlots * kSmemQElems + 2 * kSmemKVElems + 2 * kSmemPdSElems) * sizeof(Element);
+  static constexpr int kSmemDQHandOnOffset = kSmemLseDOffset + kQSlots * 2 * kBlockM * int(sizeof(float));
   static constexpr int kSmemDQHandOnBytes = int(sizeof(DqHandOn));
   static constexpr int kSmemBytes = kSmemDQHandOnOffset + kSmemDQHandOnBytes;
-  static_assert(kSmemBytes <= 227 * 1024, "backward tiles exceed the shared memory of one SM");
+  static_assert(kSmemBytes == bwd_smem_bytes(kTile, kHeadDim), "16-bit elements");
+  static_assert(kSmemBytes <= (kSmallSmem && kHeadDim <= 192 ? 99 : 227) * 1024, "tiles over the shared memory of a block");
   static_assert(2 * kBlockM <= kNThreads, "one thread per row loads its LSE, one its D");
 
   using GmemTiledCopy = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyAsync;

@@ -14,9 +14,8 @@
 
 namespace flash_attn_cute {
 
-template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
-cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream) {
-  using Traits = BwdKernelTraits<kHeadDim, typename ElementOf<kDType>::type>;
+template <class Traits, bool kIsCausal, bool kIsEvenK, Variant kVariant>
+cudaError_t launch_bwd(BwdParams const& params, cudaStream_t stream) {
   const int n_blocks = ceil_div(params.seqlen_k, Traits::kBlockN);
   const int64_t ctas = int64_t(n_blocks) * params.batch * params.heads_k;
   const bool key_block_major = bwd_grid_key_block_major(kIsCausal, params.deterministic, params.dq_rotate);
@@ -24,6 +23,18 @@ cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream) {
   const dim3 grid = key_block_major ? dim3(params.heads_k, params.batch, n_blocks) : dim3(unsigned(ctas));
   return launch_bwd_passes<Traits>(flash_bwd_kernel<Traits, kIsCausal, kIsEvenK, kVariant>, grid, Traits::kSmemBytes,
                                    params, stream);
+}
+
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
+cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream) {
+  return launch_bwd<BwdKernelTraits<kHeadDim, typename ElementOf<kDType>::type>, kIsCausal, kIsEvenK, kVariant>(
+      params, stream);
+}
+
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
+cudaError_t run_bwd_small(BwdParams const& params, cudaStream_t stream) {
+  return launch_bwd<BwdKernelTraits<kHeadDim, typename ElementOf<kDType>::type, true>, kIsCausal, kIsEvenK, kVariant>(
+      params, stream);
 }
 
 }  // namespace flash_attn_cute

@@ -219,6 +219,9 @@ struct BwdParams : FwdParams {
   // key blocks walk their row blocks rotated and each row block takes their dQ tiles in the order
   // they reach it (dq_rotated, block_info.h), so none waits for another in the steady state.
   bool dq_rotate = false;
+  // The SM80 backward on bwd_tile_shape's small tiles (tile_size.h): the GPU allows a block less
+  // shared memory than the default tiles take (sm_86, sm_89: 99 KB). Never the Hopper backward.
+  bool small_smem = false;
 
   // The epilogues' scales: dQ = ds_scale() dS K, dK = ds_scale() dS^T Q, dV = dv_scale() P^T dO
   // with the main loop's dS (the logits' gradient, which score_scale makes that of q.k) and P.

@@ -239,11 +239,23 @@ struct BwdTileShape {
   int atom_m_sdp;  // warps along M for S = Q K^T and dP = dO V^T (the rest go along N)
   int atom_n_dkv;  // warps along N for dK, dV (the rest go along head_dim)
   int atom_m_dq;   // warps along M for dQ = dS K (the rest go along head_dim)
+  int q_slots = 2;  // buffers of Q and dO: with 2 the next row block loads during this one
 };
 
 // Backward tiles: one 8-warp CTA per SM, all of Q, dO (double-buffered), K, V, P and dS in shared
 // memory; dK and dV take 2 * block_n * head_dim / 256 accumulator registers per thread.
-constexpr BwdTileShape bwd_tile_shape(int kernel_head_dim) {
+// small_smem: the tiles of GPUs that allow a block less shared memory than these take (114-209 KB),
+// as bwd_small_smem picks them: up to head dim 192 within the 99 KB of sm_86 / sm_89 (head dim 96
+// and up on 64 key rows, from 128 with Q and dO single-buffered, at 192 four warps on 32 key rows);
+// at 256 within sm_80's 163 KB (Q and dO single-buffered), more than sm_86 / sm_89 allow.
+constexpr BwdTileShape bwd_tile_shape(int kernel_head_dim, bool small_smem = false) {
+  if (small_smem) {
+    if (kernel_head_dim <= 64) return {64, 128, 8, 2, 4, 4};     // 96 KB at 64
+    if (kernel_head_dim <= 96) return {64, 64, 8, 4, 4, 4};      // 88 KB
+    if (kernel_head_dim <= 128) return {64, 64, 8, 4, 2, 2, 1};  // 80 KB
+    if (kernel_head_dim <= 192) return {64, 32, 4, 4, 2, 2, 1};  // 80 KB
+    return {64, 64, 8, 4, 2, 2, 1};                                // 144 KB
+  }
   // dK + dV are only 64 registers: a 128-row M step halves the m-loop trips (measured 2% faster
   // than 64 rows on H200 despite a few spilled registers).
   if (kernel_head_dim <= 64) return {128, 128, 8, 2, 4, 4};
@@ -253,6 +265,22 @@ constexpr BwdTileShape bwd_tile_shape(int kernel_head_dim) {
   if (kernel_head_dim <= 128) return {64, 128, 8, 2, 4, 2};
   // dK + dV take 128 registers at 64 key rows; shared memory (208 KB at 256) bounds the tiles.
   return {64, 64, 8, 4, 2, 2};
+}
+
+// Shared memory of the SM80 backward (BwdKernelTraits): Q and dO (q_slots each), K, V, P, dS (16-bit
+// elements), then the fp32 LSE and D of q_slots row blocks and DqAccumulator's hand-on slots
+// (DqHandOn: 24 bytes).
+constexpr int bwd_smem_bytes(BwdTileShape tile, int kernel_head_dim) {
+  return (2 * tile.q_slots * tile.block_m * kernel_head_dim + 2 * tile.block_n * kernel_head_dim +
+          2 * tile.block_m * tile.block_n) * 2 +
+         tile.q_slots * 2 * tile.block_m * 4 + 24;
+}
+
+// Whether the SM80 backward takes bwd_tile_shape's small tiles on a GPU that allows smem_optin bytes
+// of shared memory a block: where the default tiles do not fit and small ones exist.
+constexpr bool bwd_small_smem(int kernel_head_dim, int smem_optin) {
+  const int default_bytes = bwd_smem_bytes(bwd_tile_shape(kernel_head_dim), kernel_head_dim);
+  return default_bytes > smem_optin && bwd_smem_bytes(bwd_tile_shape(kernel_head_dim, true), kernel_head_dim) < default_bytes;
 }
 
 }  // namespace flash_attn_cute

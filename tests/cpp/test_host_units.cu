@@ -633,20 +633,36 @@ void test_dq_order() {
 
 // bwd_tile: the backward's tile table fits the SM (Q and dO double-buffered, K, V, P, dS: 2 bytes an
 // element) and its warp layouts divide the tiles.
+// The SM80 backward's tiles, default and small (bwd_small_smem: sm_86 / sm_89 allow 99 KB a block up
+// to head dim 192, sm_80 163 KB, Hopper 227 KB).
 void test_bwd_tile_table() {
+  constexpr int kSm86 = 99 * 1024, kSm80 = 163 * 1024, kSm90 = 227 * 1024;
   for (int d : kFwdHeadDims) {
-    const BwdTileShape t = bwd_tile_shape(d);
-    const std::string where = fmt("bwd hdim %d: tile (%d, %d, %d warps)", d, t.block_m, t.block_n, t.n_warps);
-    const long smem = (4L * t.block_m * d + 2L * t.block_n * d + 2L * t.block_m * t.block_n) * 2;
-    CHECK(smem <= 227L * 1024, where + fmt(": %ld bytes of shared memory > 227 KB", smem));
-    CHECK(t.n_warps % t.atom_m_sdp == 0 && t.n_warps % t.atom_n_dkv == 0 && t.n_warps % t.atom_m_dq == 0,
-          where + ": warp layouts do not divide n_warps");
-    CHECK(t.block_m % (16 * t.atom_m_sdp) == 0 && t.block_n % (16 * (t.n_warps / t.atom_m_sdp)) == 0,
-          where + ": S / dP tile not divisible by its warp layout");
-    CHECK(t.block_n % (16 * t.atom_n_dkv) == 0 && d % (16 * (t.n_warps / t.atom_n_dkv)) == 0,
-          where + ": dK / dV tile not divisible by its warp layout");
-    CHECK(t.block_m % (16 * t.atom_m_dq) == 0 && d % (16 * (t.n_warps / t.atom_m_dq)) == 0,
-          where + ": dQ tile not divisible by its warp layout");
+    for (bool small : {false, true}) {
+      const BwdTileShape t = bwd_tile_shape(d, small);
+      const std::string where = fmt("bwd hdim %d%s: tile (%d, %d, %d warps, %d Q slots)", d, small ? " small" : "",
+                                    t.block_m, t.block_n, t.n_warps, t.q_slots);
+      const long smem = (2L * t.q_slots * t.block_m * d + 2L * t.block_n * d + 2L * t.block_m * t.block_n) * 2 +
+                        t.q_slots * 8L * t.block_m + 24;
+      CHECK_EQ(long(bwd_smem_bytes(t, d)), smem, where + ": bwd_smem_bytes");
+      const long limit = !small ? kSm90 : d <= 192 ? kSm86 : kSm80;
+      CHECK(smem <= limit, where + fmt(": %ld bytes of shared memory > %ld", smem, limit));
+      CHECK(t.q_slots == 1 || t.q_slots == 2, where + ": Q slots");
+      CHECK(2 * t.block_m <= 32 * t.n_warps, where + ": one thread per row for LSE and one for D");
+      CHECK(t.n_warps % t.atom_m_sdp == 0 && t.n_warps % t.atom_n_dkv == 0 && t.n_warps % t.atom_m_dq == 0,
+            where + ": warp layouts do not divide n_warps");
+      CHECK(t.block_m % (16 * t.atom_m_sdp) == 0 && t.block_n % (32 * (t.n_warps / t.atom_m_sdp)) == 0,
+            where + ": S / dP tile not divisible by its warp layout (32 key columns a warp)");
+      CHECK(t.block_n % (16 * t.atom_n_dkv) == 0 && d % (16 * (t.n_warps / t.atom_n_dkv)) == 0,
+            where + ": dK / dV tile not divisible by its warp layout");
+      CHECK(t.block_m % (16 * t.atom_m_dq) == 0 && d % (16 * (t.n_warps / t.atom_m_dq)) == 0,
+            where + ": dQ tile not divisible by its warp layout");
+    }
+    const std::string where = fmt("bwd hdim %d", d);
+    CHECK(!bwd_small_smem(d, kSm90), where + ": small tiles on Hopper");
+    CHECK_EQ(bwd_small_smem(d, kSm80), d == 256, where + ": small tiles on sm_80");
+    CHECK(bwd_small_smem(d, kSm86), where + ": no small tiles on sm_86");
+    CHECK_EQ(bwd_smem_bytes(bwd_tile_shape(d, true), d) <= kSm86, d <= 192, where + ": small tiles within sm_86's limit");
   }
 }
 
@@ -790,6 +806,9 @@ void check_dq_rows_fragment(std::string const& where) {
 template <size_t... I>
 void check_dq_fragments(std::index_sequence<I...>) {
   (check_dq_fragment<BwdKernelTraits<kFwdHeadDims[I], cutlass::bfloat16_t>>(fmt("bwd hdim %d", kFwdHeadDims[I])), ...);
+  (check_dq_fragment<BwdKernelTraits<kFwdHeadDims[I], cutlass::bfloat16_t, true>>(
+       fmt("bwd hdim %d, small tiles", kFwdHeadDims[I])),
+   ...);
 }
 
 void test_dq_fragment() {
