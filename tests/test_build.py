@@ -65,14 +65,17 @@ def test_generated_sources_hold_each_listed_instantiation_once(features, tmp_pat
     sources = [s for s in features.generate() if s.parent == tmp_path]
     sm90 = [s for s in sources if s.name.startswith("fwd_sm90_")]
     bwd_sm90 = [s for s in sources if s.name.startswith("bwd_sm90_")]
-    assert len(sources) - len(sm90) - len(bwd_sm90) == 2 * 2 * 2 * variants, sorted(s.name for s in sources)
+    bwd_small = [s for s in sources if s.name.startswith("bwd_small_")]
+    assert len(sources) - len(sm90) - len(bwd_sm90) - len(bwd_small) == 2 * 2 * 2 * variants, sorted(s.name for s in sources)
+    # The small-tile backward (the default archs include 80): the backward's files again.
+    assert len(bwd_small) == 2 * 2 * variants
     # The Hopper backward: every variant, head dim 64 of the two built here, per dtype.
     assert sorted(s.name for s in bwd_sm90) == sorted(
         f"bwd_sm90_{d}_hdim64{v}.cu" for d in ("bf16", "fp16") for v in ("", "_mods", "_dropout")[:variants])
     for pass_ in ("fwd", "bwd"):
         compiled = []
         for src in sources:
-            if src.name.startswith(pass_ + "_") and src not in sm90 + bwd_sm90:
+            if src.name.startswith(pass_ + "_") and src not in sm90 + bwd_sm90 + bwd_small:
                 found = re.findall(rf"run_{pass_}<DType::(\w+), (\d+), (\w+), (\w+), Variant::(\w+)>", src.read_text())
                 assert len(found) == len(features.CAUSAL) * len(features.EVEN_K), src.name
                 compiled += found
@@ -98,6 +101,37 @@ def test_generated_sources_hold_each_listed_instantiation_once(features, tmp_pat
     assert len(set(compiled)) == len(compiled) == 2 * 2 * 4 * variants and sorted(compiled) == sorted(listed)
     assert "kScoreMods" in {v for _, h, _, _, v in compiled if int(h) == 256}
     assert ("kDropout" in {v for _, h, _, _, v in compiled if int(h) == 256}) == (dropout == "1")
+
+
+@pytest.mark.parametrize("archs, small, built, every_arch", [
+    ("90", "auto", False, False), ("80,90", "auto", True, False), ("86", "auto", True, False),
+    ("90", "1", True, True), ("80", "0", False, False)])
+def test_small_tile_backward_built_for_archs_below_90(features, tmp_path, monkeypatch, archs, small, built, every_arch):
+    """FLASH_ATTN_CUTE_SMALL_SMEM_BWD: by default the small-tile backward is built where an arch below 90
+    is (its sm_90 code traps: Hopper never takes it); 1 builds it for every arch (the tests force it on
+    Hopper), 0 not at all. Its instantiations are the backward's."""
+    monkeypatch.setattr(features, "GENERATED", tmp_path)
+    monkeypatch.setenv("FLASH_ATTN_CUTE_ARCHS", archs)
+    monkeypatch.setenv("FLASH_ATTN_CUTE_HDIMS", "128,256")
+    monkeypatch.setenv("FLASH_ATTN_CUTE_DTYPES", "bf16")
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SMALL_SMEM_BWD", small)
+    monkeypatch.delenv("FLASH_ATTN_CUTE_PASSES", raising=False)
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SCORE_MODS", "1")
+    monkeypatch.setenv("FLASH_ATTN_CUTE_DROPOUT", "0")
+    sources = [s for s in features.generate() if s.parent == tmp_path and s.name.startswith("bwd_small_")]
+    assert len(sources) == (4 if built else 0)
+    header = (tmp_path / "bwd_small_instances.h").read_text()
+    listed = re.findall(r"X\((\w+), (\d+), (\w+), (\w+), (\w+)\)", header)
+    bwd = re.findall(r"X\((\w+), (\d+), (\w+), (\w+), (\w+)\)", (tmp_path / "bwd_instances.h").read_text())
+    assert sorted(listed) == (sorted(bwd) if built else [])
+    assert f"#define FLASH_BWD_SMALL_EVERY_ARCH {int(every_arch)}" in header
+    for src in sources:
+        text = src.read_text()
+        assert ("#define FLASH_ATTN_CUTE_SMALL_SMEM_BWD_EVERY_ARCH" in text) == every_arch, src.name
+        assert len(re.findall(r"run_bwd_small<", text)) == len(features.CAUSAL) * len(features.EVEN_K), src.name
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SMALL_SMEM_BWD", "yes")
+    with pytest.raises(ValueError, match="FLASH_ATTN_CUTE_SMALL_SMEM_BWD"):
+        features.generate()
 
 
 @pytest.mark.parametrize("archs, sm90", [("80", False), ("90", True), ("80,90", True)])
