@@ -1,11 +1,11 @@
-"""ptxas's resource report of the Hopper forward and backward kernels, compiled by nvcc for sm_90a
-(no GPU needed). A kernel that keeps arrays in local memory (a stack frame of hundreds of bytes) computes
-the right values several times slower, which no output test sees: session 43 found the hdim 64
-score-mod backward with a 928-byte frame, forward + backward 6.6 times the plain one's time. Nor does
-one see ptxas serializing the warpgroup MMAs (warning C7515: a register of an MMA's accumulator
-written between its issue and its wait, as a branch around an issue can do), which takes away the
-MMAs' overlap with the softmax.
-Skipped when nvcc or the CuTe headers cannot be found.
+"""ptxas's resource report of the Hopper forward and backward kernels, compiled by nvcc for sm_90a, and of
+the SM80 backward's small tiles, for sm_80 (no GPU needed). A kernel that keeps arrays in local memory
+(a stack frame of hundreds of bytes) computes the right values several times slower, which no output
+test sees: session 43 found the hdim 64 score-mod backward with a 928-byte frame, forward + backward 6.6
+times the plain one's time. Nor does one see ptxas serializing the warpgroup MMAs (warning C7515: a
+register of an MMA's accumulator written between its issue and its wait, as a branch around an issue can
+do), which takes away the MMAs' overlap with the softmax. Skipped when nvcc or the CuTe headers cannot
+be found.
 """
 import re
 
@@ -60,5 +60,26 @@ def test_hopper_backward_keeps_its_arrays_in_registers(head_dim, variant, tmp_pa
 def test_hopper_forward_keeps_its_arrays_in_registers(head_dim, variant, tmp_path, features):
     frames = stack_frames("fwd", head_dim, variant, tmp_path, features)
     assert any("ws_kernel" in name for name, _ in frames), "no warp-specialized kernel compiled"
+    for name, stack in frames:
+        assert int(stack) <= MAX_STACK_BYTES, f"{name}: {stack}-byte stack frame (local memory)"
+
+
+# The SM80 backward on small tiles (GPUs with less shared memory a block, tile_size.h), for sm_80:
+# four warps at head dim 192 hold dK, dV and dQ of 64 x 192 each (session 50: 56-byte frame).
+@pytest.mark.parametrize("head_dim, variant", [(128, "kDropout"), (192, "kPlain")])
+def test_small_tile_backward_keeps_its_arrays_in_registers(head_dim, variant, tmp_path, features):
+    nvcc, cute = nvcc_and_cute(features)
+    source = tmp_path / "bwd_small.cu"
+    source.write_text('#include "flash_attn_cute/bwd_launch.h"\n'
+                      "namespace flash_attn_cute {\n"
+                      f"template cudaError_t run_bwd_small<DType::kBFloat16, {head_dim}, true, true, Variant::{variant}>(\n"
+                      "    BwdParams const&, cudaStream_t);\n"
+                      "}\n")
+    cmd = [nvcc, "-c", "-std=c++17", *features.nvcc_flags(["80"]), "-Xptxas", "-v", "-I", str(ROOT / "include"),
+           "-I", cute, "-o", str(tmp_path / "bwd_small.o"), str(source)]
+    proc = _run(cmd, timeout=600)
+    assert proc.returncode == 0, _report(proc)
+    frames = re.findall(r"Compiling entry function '(\w*flash_bwd_kernel\w*)'.*?(\d+) bytes stack frame", proc.stderr, re.S)
+    assert len(frames) == 1, _report(proc)
     for name, stack in frames:
         assert int(stack) <= MAX_STACK_BYTES, f"{name}: {stack}-byte stack frame (local memory)"
