@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "flash_attn_cute/bwd_api.h"
+#include "flash_attn_cute/fwd_api.h"
 #include "glue.h"
 #include "torch_api.h"
 
@@ -41,19 +42,17 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
     dv.zero_();
   }
   if (no_pairs) return;  // no (row, key) pair anywhere
+  BwdParams params;
+  fill_params(params, p, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal);
   // GPUs that allow a block less shared memory than the default tiles take (sm_86 / sm_89, sm_80 at
   // head dim 256) run the SM80 backward on small tiles.
-  const int smem_optin = smem_per_block_optin(q.get_device());
-  const bool small_smem = bwd_small_smem(kernel_head_dim, smem_optin);
-  const BwdTileShape tile = bwd_tile_shape(kernel_head_dim, small_smem);
-  TORCH_CHECK(bwd_smem_bytes(tile, kernel_head_dim) <= smem_optin, "flash_attn_cute: the backward kernel for head dim ",
-              p.head_dim, " needs more shared memory per block than this GPU's ", smem_optin / 1024, " KB");
-  if (small_smem) {
-    int cc_major = 0;
-    cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, q.get_device());
-    TORCH_CHECK(bwd_small_runs_on(cc_major), "flash_attn_cute: FLASH_ATTN_CUTE_BWD_SMEM_LIMIT picks the backward's "
-                "small tiles, which this build has for GPUs below sm_90 only (FLASH_ATTN_CUTE_SMALL_SMEM_BWD=1 builds them for all)");
-  }
+  params.small_smem = bwd_small_smem(kernel_head_dim, params.smem_optin);
+  const BwdTileShape tile = bwd_tile_shape(kernel_head_dim, params.small_smem);
+  TORCH_CHECK(bwd_smem_bytes(tile, kernel_head_dim) <= params.smem_optin, "flash_attn_cute: the backward kernel for head dim ",
+              p.head_dim, " needs more shared memory per block than this GPU's ", params.smem_optin / 1024, " KB");
+  TORCH_CHECK(!params.small_smem || small_smem_runs_on(params.cc_major), "flash_attn_cute: FLASH_ATTN_CUTE_SMEM_LIMIT picks "
+              "the backward's small tiles, which this build has for GPUs below sm_90 only (FLASH_ATTN_CUTE_SMALL_SMEM=1 builds "
+              "them for all)");
   const int block_m = tile.block_m;
   const int64_t m_blocks = (p.seqlen_q + block_m - 1) / block_m;
   const int64_t n_blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n;
@@ -72,8 +71,6 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   at::Tensor dq_semaphore;  // seeded by the preprocess kernel
   if (deterministic) dq_semaphore = at::empty({p.batch, p.heads, m_blocks}, q.options().dtype(at::kInt));
 
-  BwdParams params;
-  fill_params(params, p, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal);
   set_score_mods(params, p, mods, causal, q);
   set_seqused_k(params, p, seqused_k, q);
   set_dropout(params, mods, rng_state, q, true);
@@ -91,7 +88,6 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   params.deterministic = deterministic;
   params.dq_semaphore = deterministic ? dq_semaphore.data_ptr<int>() : nullptr;
   params.dq_rotate = bwd_dq_rotate(deterministic, params.window, n_blocks, params.num_sms);
-  params.small_smem = small_smem;
   const cudaError_t err = run_bwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
   check_launch(err, "backward kernel", params.device, p.head_dim);
 }

@@ -8,6 +8,7 @@
 #include "generated/bwd_instances.h"
 #include "generated/bwd_sm90_instances.h"
 #include "generated/bwd_small_instances.h"
+#include "generated/fwd_small_instances.h"
 #include "generated/fwd_instances.h"
 #include "generated/fwd_sm90_instances.h"
 
@@ -23,6 +24,18 @@ bool matches(FwdParams const& params, DType dtype, int hdim, bool causal, bool e
 }  // namespace
 
 cudaError_t run_fwd_dispatch(FwdParams const& params, cudaStream_t stream) {
+  // A GPU that allows a block less shared memory than the SM80 kernel's tiles take (fwd_small_smem;
+  // params.smem_optin 0: not known, the default tiles): its small tiles, where built.
+  if (params.smem_optin > 0 && !params.uses_split_kernel() &&
+      fwd_small_smem(fwd_kernel_head_dim(params.head_dim), params.is_causal, params.variant(), params.smem_optin)) {
+    if (!small_smem_runs_on(params.cc_major)) return cudaErrorLaunchOutOfResources;
+#define FLASH_TRY_SMALL(DT, HDIM, CAUSAL, EVEN_K, VARIANT)                \
+  if (matches(params, DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT)) \
+    return run_fwd_small<DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT>(params, stream);
+    FLASH_FWD_SMALL_INSTANCES(FLASH_TRY_SMALL)
+#undef FLASH_TRY_SMALL
+    return cudaErrorLaunchOutOfResources;  // built without them: no kernel of this build fits the GPU
+  }
   if (params.use_sm90 && !params.uses_split_kernel()) {
 #define FLASH_TRY_SM90(DT, HDIM, CAUSAL, EVEN_K, VARIANT)                                              \
   if (matches(params, DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT) &&                           \
@@ -80,7 +93,7 @@ cudaError_t run_bwd_dispatch(BwdParams const& params, cudaStream_t stream) {
   return cudaErrorNotSupported;
 }
 
-bool bwd_small_runs_on(int cc_major) { return cc_major < 9 || FLASH_BWD_SMALL_EVERY_ARCH; }
+bool small_smem_runs_on(int cc_major) { return cc_major < 9 || FLASH_SMALL_SMEM_EVERY_ARCH; }
 
 #define FLASH_BUILT(DT, HDIM, CAUSAL, EVEN_K, VARIANT) \
   if (dtype == DType::DT && kernel_head_dim == HDIM && variant == Variant::VARIANT) return true;

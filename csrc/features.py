@@ -61,15 +61,19 @@ KINDS = {
     "bwd": ("bwd_launch.h", "Bwd", "the bwd instantiations"),
     "fwd_sm90": ("fwd_kernel_sm90.h", "Fwd", "the Hopper forward instantiations"),
     "bwd_sm90": ("bwd_kernel_sm90.h", "Bwd", "the Hopper backward instantiations"),
+    "fwd_small": ("fwd_launch.h", "Fwd", "the small-tile forward instantiations"),
     "bwd_small": ("bwd_launch.h", "Bwd", "the small-tile backward instantiations"),
 }
 BWD_SM90_HEAD_DIMS = (64, 128)
-# The SM80 backward's small tiles (tile_size.h bwd_tile_shape: for GPUs that allow a block less
-# shared memory than the default tiles take: sm_86 / sm_89 up to head dim 192, sm_80 at 256).
-# FLASH_ATTN_CUTE_SMALL_SMEM_BWD: "auto" (default) builds them where an arch below 90 is built, for
+# The SM80 kernels' small tiles, for GPUs that allow a block less shared memory than the default
+# tiles take (tile_size.h fwd_small_smem, bwd_small_smem): the backward's at every head dim (sm_86 /
+# sm_89 up to 192, sm_80 at 256), the forward's where its tiles exceed sm_86 / sm_89's 99 KB, at
+# (kernel head dim, causal) FWD_SMALL (tests/cpp checks it).
+# FLASH_ATTN_CUTE_SMALL_SMEM: "auto" (default) builds them where an arch below 90 is built, for
 # those archs only (their sm_90 code traps: Hopper never picks them); "1" builds them for every
-# arch, so that the tests can run them on Hopper (FLASH_ATTN_CUTE_BWD_SMEM_LIMIT); "0" leaves them out.
+# arch, so that the tests can run them on Hopper (FLASH_ATTN_CUTE_SMEM_LIMIT); "0" leaves them out.
 BWD_SMALL_HEAD_DIMS = KERNEL_HEAD_DIMS
+FWD_SMALL = ((256, False),)
 # Groups split into a non-causal and a causal file (source_name's "_causal"): the Hopper score-mod
 # forward's instantiations each hold the three-CTA kernel, the warp-specialized one and bf16
 # softcap's three one-loop kernels, which made its files the build's longest (hdim 128 bf16: 175 s
@@ -119,11 +123,11 @@ def selected_variants():
     return ("plain",) + (("mods",) if mods else ()) + (("dropout",) if mods and dropout else ())
 
 
-def selected_small_smem_bwd(archs):
-    """FLASH_ATTN_CUTE_SMALL_SMEM_BWD resolved: "1" (every arch), "auto" (below 90 only) or "0"."""
-    raw = os.environ.get("FLASH_ATTN_CUTE_SMALL_SMEM_BWD", "auto").strip() or "auto"
+def selected_small_smem(archs):
+    """FLASH_ATTN_CUTE_SMALL_SMEM resolved: "1" (every arch), "auto" (below 90 only) or "0"."""
+    raw = os.environ.get("FLASH_ATTN_CUTE_SMALL_SMEM", "auto").strip() or "auto"
     if raw not in ("auto", "0", "1"):
-        raise ValueError(f"FLASH_ATTN_CUTE_SMALL_SMEM_BWD must be auto, 0 or 1, got {raw!r}")
+        raise ValueError(f"FLASH_ATTN_CUTE_SMALL_SMEM must be auto, 0 or 1, got {raw!r}")
     if raw == "auto":
         return "auto" if any(int(a.rstrip("a")) < 90 for a in archs) else "0"
     return raw
@@ -194,11 +198,13 @@ def generate():
     sources += _write_kind("fwd_sm90", chosen if "fwd" in passes and has_sm90(archs) else [])
     bwd_sm90 = [i for i in chosen if i[1] in BWD_SM90_HEAD_DIMS]
     sources += _write_kind("bwd_sm90", bwd_sm90 if "bwd" in passes and has_sm90(archs) else [])
-    small = selected_small_smem_bwd(archs) if "bwd" in passes else "0"
-    bwd_small = [i for i in chosen if i[1] in BWD_SMALL_HEAD_DIMS and small != "0"]
-    sources += _write_kind("bwd_small", bwd_small,
-                           prelude="#define FLASH_ATTN_CUTE_SMALL_SMEM_BWD_EVERY_ARCH\n" if small == "1" else "",
-                           header_extra=f"#define FLASH_BWD_SMALL_EVERY_ARCH {1 if small == '1' else 0}\n")
+    small = selected_small_smem(archs)
+    small_kw = dict(prelude="#define FLASH_ATTN_CUTE_SMALL_SMEM_EVERY_ARCH\n" if small == "1" else "",
+                    header_extra=f"#define FLASH_SMALL_SMEM_EVERY_ARCH {1 if small == '1' else 0}\n")
+    fwd_small = [i for i in chosen if (i[1], i[2]) in FWD_SMALL and small != "0" and "fwd" in passes]
+    sources += _write_kind("fwd_small", fwd_small, **small_kw)
+    bwd_small = [i for i in chosen if i[1] in BWD_SMALL_HEAD_DIMS and small != "0" and "bwd" in passes]
+    sources += _write_kind("bwd_small", bwd_small, **small_kw)
     for stale in GENERATED.glob("*.cu"):
         if stale not in sources:
             stale.unlink()

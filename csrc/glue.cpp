@@ -93,7 +93,7 @@ void check_launch(cudaError_t err, char const* what, int device, int64_t head_di
 }
 
 int smem_per_block_optin(int device) {
-  const char* env = std::getenv("FLASH_ATTN_CUTE_BWD_SMEM_LIMIT");
+  const char* env = std::getenv("FLASH_ATTN_CUTE_SMEM_LIMIT");
   if (env != nullptr && *env != '\0') return std::atoi(env);
   int smem_optin = 0;
   cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
@@ -401,6 +401,8 @@ void fill_params(FwdParams& params, Problem const& p, at::Tensor const& q, at::T
   int major = 0, minor = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, params.device);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, params.device);
+  params.cc_major = major;
+  params.smem_optin = smem_per_block_optin(params.device);
   // FLASH_ATTN_CUTE_SM90=0 keeps Hopper on the SM80 kernels (read at every call: A/B in one process).
   const char* sm90 = std::getenv("FLASH_ATTN_CUTE_SM90");
   params.use_sm90 = major == 9 && minor == 0 && !(sm90 != nullptr && std::string(sm90) == "0");

@@ -8,6 +8,7 @@
 #include "generated/bwd_instances.h"
 #include "generated/bwd_sm90_instances.h"
 #include "generated/bwd_small_instances.h"
+#include "generated/fwd_small_instances.h"
 #include "generated/fwd_instances.h"
 #include "generated/fwd_sm90_instances.h"
 #include "torch_api.h"
@@ -83,8 +84,13 @@ pybind11::list built_bwd_sm90_kernels() {
   FLASH_BWD_SM90_INSTANCES(FLASH_KERNEL_LIST)
   return kernels;
 }
-// The (dtype, kernel head dim, causal, variant) small-tile backward kernels (GPUs with less shared
-// memory a block than the default tiles take) in this build.
+// The (dtype, kernel head dim, causal, variant) small-tile forward and backward kernels (GPUs with
+// less shared memory a block than the default tiles take) in this build.
+pybind11::list built_fwd_small_kernels() {
+  pybind11::list kernels;
+  FLASH_FWD_SMALL_INSTANCES(FLASH_KERNEL_LIST)
+  return kernels;
+}
 pybind11::list built_bwd_small_kernels() {
   pybind11::list kernels;
   FLASH_BWD_SMALL_INSTANCES(FLASH_KERNEL_LIST)
@@ -103,8 +109,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "(dtype, kernel head dim, causal, variant) Hopper forward kernels in this build");
   m.def("built_bwd_sm90_kernels", &built_bwd_sm90_kernels,
         "(dtype, kernel head dim, causal, variant) Hopper backward kernels in this build");
+  m.def("built_fwd_small_kernels", &built_fwd_small_kernels,
+        "(dtype, kernel head dim, causal, variant) small-tile forward kernels in this build");
   m.def("built_bwd_small_kernels", &built_bwd_small_kernels,
         "(dtype, kernel head dim, causal, variant) small-tile backward kernels in this build");
-  m.def("bwd_small_runs_on_hopper", [] { return bool(FLASH_BWD_SMALL_EVERY_ARCH); },
-        "whether the small-tile backward kernels were built for sm_90 too (FLASH_ATTN_CUTE_SMALL_SMEM_BWD=1)");
+  m.def("small_smem_runs_on_hopper", [] { return bool(FLASH_SMALL_SMEM_EVERY_ARCH); },
+        "whether the small-tile kernels were built for sm_90 too (FLASH_ATTN_CUTE_SMALL_SMEM=1)");
 }

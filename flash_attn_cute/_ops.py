@@ -33,11 +33,12 @@ BUILT_FWD_SM90_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k
 # The Hopper backward's (every variant), which non-deterministic calls take on compute capability 9.0
 # unless FLASH_ATTN_CUTE_SM90_BWD=0.
 BUILT_BWD_SM90_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _C.built_bwd_sm90_kernels())
-# The SM80 backward's on small tiles, which GPUs that allow a block less shared memory than the
-# default tiles take (sm_86 / sm_89, sm_80 at head dim 256), and whether they run on Hopper too (built
-# with FLASH_ATTN_CUTE_SMALL_SMEM_BWD=1: the tests force them there with FLASH_ATTN_CUTE_BWD_SMEM_LIMIT).
+# The SM80 kernels on small tiles, which GPUs that allow a block less shared memory than the default
+# tiles take (sm_86 / sm_89; sm_80's backward at head dim 256), and whether they run on Hopper too
+# (built with FLASH_ATTN_CUTE_SMALL_SMEM=1: the tests force them there with FLASH_ATTN_CUTE_SMEM_LIMIT).
+BUILT_FWD_SMALL_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _C.built_fwd_small_kernels())
 BUILT_BWD_SMALL_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _C.built_bwd_small_kernels())
-BWD_SMALL_RUNS_ON_HOPPER = _C is not None and _C.bwd_small_runs_on_hopper()
+SMALL_SMEM_RUNS_ON_HOPPER = _C is not None and _C.small_smem_runs_on_hopper()
 
 
 def is_local(window_size, seqlen_k):

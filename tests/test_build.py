@@ -66,16 +66,21 @@ def test_generated_sources_hold_each_listed_instantiation_once(features, tmp_pat
     sm90 = [s for s in sources if s.name.startswith("fwd_sm90_")]
     bwd_sm90 = [s for s in sources if s.name.startswith("bwd_sm90_")]
     bwd_small = [s for s in sources if s.name.startswith("bwd_small_")]
-    assert len(sources) - len(sm90) - len(bwd_sm90) - len(bwd_small) == 2 * 2 * 2 * variants, sorted(s.name for s in sources)
-    # The small-tile backward (the default archs include 80): the backward's files again.
+    fwd_small = [s for s in sources if s.name.startswith("fwd_small_")]
+    assert len(sources) - len(sm90) - len(bwd_sm90) - len(bwd_small) - len(fwd_small) == 2 * 2 * 2 * variants, sorted(
+        s.name for s in sources)
+    # The small tiles (the default archs include 80): the backward's files again, the forward's at
+    # head dim 256 (FWD_SMALL).
     assert len(bwd_small) == 2 * 2 * variants
+    assert sorted(s.name for s in fwd_small) == sorted(
+        f"fwd_small_{d}_hdim256{v}.cu" for d in ("bf16", "fp16") for v in ("", "_mods", "_dropout")[:variants])
     # The Hopper backward: every variant, head dim 64 of the two built here, per dtype.
     assert sorted(s.name for s in bwd_sm90) == sorted(
         f"bwd_sm90_{d}_hdim64{v}.cu" for d in ("bf16", "fp16") for v in ("", "_mods", "_dropout")[:variants])
     for pass_ in ("fwd", "bwd"):
         compiled = []
         for src in sources:
-            if src.name.startswith(pass_ + "_") and src not in sm90 + bwd_sm90 + bwd_small:
+            if src.name.startswith(pass_ + "_") and src not in sm90 + bwd_sm90 + bwd_small + fwd_small:
                 found = re.findall(rf"run_{pass_}<DType::(\w+), (\d+), (\w+), (\w+), Variant::(\w+)>", src.read_text())
                 assert len(found) == len(features.CAUSAL) * len(features.EVEN_K), src.name
                 compiled += found
@@ -106,31 +111,41 @@ def test_generated_sources_hold_each_listed_instantiation_once(features, tmp_pat
 @pytest.mark.parametrize("archs, small, built, every_arch", [
     ("90", "auto", False, False), ("80,90", "auto", True, False), ("86", "auto", True, False),
     ("90", "1", True, True), ("80", "0", False, False)])
-def test_small_tile_backward_built_for_archs_below_90(features, tmp_path, monkeypatch, archs, small, built, every_arch):
-    """FLASH_ATTN_CUTE_SMALL_SMEM_BWD: by default the small-tile backward is built where an arch below 90
-    is (its sm_90 code traps: Hopper never takes it); 1 builds it for every arch (the tests force it on
-    Hopper), 0 not at all. Its instantiations are the backward's."""
+def test_small_tiles_built_for_archs_below_90(features, tmp_path, monkeypatch, archs, small, built, every_arch):
+    """FLASH_ATTN_CUTE_SMALL_SMEM: by default the small-tile kernels are built where an arch below 90
+    is (their sm_90 code traps: Hopper never takes them); 1 builds them for every arch (the tests force
+    them on Hopper), 0 not at all. The backward's instantiations are the backward's, the forward's
+    those of head dim 256 without causal masking."""
     monkeypatch.setattr(features, "GENERATED", tmp_path)
     monkeypatch.setenv("FLASH_ATTN_CUTE_ARCHS", archs)
     monkeypatch.setenv("FLASH_ATTN_CUTE_HDIMS", "128,256")
     monkeypatch.setenv("FLASH_ATTN_CUTE_DTYPES", "bf16")
-    monkeypatch.setenv("FLASH_ATTN_CUTE_SMALL_SMEM_BWD", small)
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SMALL_SMEM", small)
     monkeypatch.delenv("FLASH_ATTN_CUTE_PASSES", raising=False)
     monkeypatch.setenv("FLASH_ATTN_CUTE_SCORE_MODS", "1")
     monkeypatch.setenv("FLASH_ATTN_CUTE_DROPOUT", "0")
-    sources = [s for s in features.generate() if s.parent == tmp_path and s.name.startswith("bwd_small_")]
+    generated = [s for s in features.generate() if s.parent == tmp_path]
+    sources = [s for s in generated if s.name.startswith("bwd_small_")]
     assert len(sources) == (4 if built else 0)
+    entry = r"X\((\w+), (\d+), (\w+), (\w+), (\w+)\)"
     header = (tmp_path / "bwd_small_instances.h").read_text()
-    listed = re.findall(r"X\((\w+), (\d+), (\w+), (\w+), (\w+)\)", header)
-    bwd = re.findall(r"X\((\w+), (\d+), (\w+), (\w+), (\w+)\)", (tmp_path / "bwd_instances.h").read_text())
-    assert sorted(listed) == (sorted(bwd) if built else [])
-    assert f"#define FLASH_BWD_SMALL_EVERY_ARCH {int(every_arch)}" in header
+    bwd = re.findall(entry, (tmp_path / "bwd_instances.h").read_text())
+    assert sorted(re.findall(entry, header)) == (sorted(bwd) if built else [])
+    fwd_header = (tmp_path / "fwd_small_instances.h").read_text()
+    fwd_256_full = [i for i in re.findall(entry, (tmp_path / "fwd_instances.h").read_text()) if i[1:3] == ("256", "false")]
+    assert len(fwd_256_full) == 4 and sorted(re.findall(entry, fwd_header)) == (sorted(fwd_256_full) if built else [])
+    for text in (header, fwd_header):
+        assert f"#define FLASH_SMALL_SMEM_EVERY_ARCH {int(every_arch)}" in text
     for src in sources:
         text = src.read_text()
-        assert ("#define FLASH_ATTN_CUTE_SMALL_SMEM_BWD_EVERY_ARCH" in text) == every_arch, src.name
+        assert ("#define FLASH_ATTN_CUTE_SMALL_SMEM_EVERY_ARCH" in text) == every_arch, src.name
         assert len(re.findall(r"run_bwd_small<", text)) == len(features.CAUSAL) * len(features.EVEN_K), src.name
-    monkeypatch.setenv("FLASH_ATTN_CUTE_SMALL_SMEM_BWD", "yes")
-    with pytest.raises(ValueError, match="FLASH_ATTN_CUTE_SMALL_SMEM_BWD"):
+    fwd_sources = [s for s in generated if s.name.startswith("fwd_small_")]
+    assert len(fwd_sources) == (2 if built else 0)
+    for src in fwd_sources:
+        assert len(re.findall(r"run_fwd_small<DType::kBFloat16, 256, false,", src.read_text())) == 2, src.name
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SMALL_SMEM", "yes")
+    with pytest.raises(ValueError, match="FLASH_ATTN_CUTE_SMALL_SMEM"):
         features.generate()
 
 

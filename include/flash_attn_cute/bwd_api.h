@@ -45,10 +45,6 @@ cudaError_t run_bwd_sm90(BwdParams const& params, cudaStream_t stream);
 // cudaErrorNotSupported when that combination was left out of this build.
 cudaError_t run_bwd_dispatch(BwdParams const& params, cudaStream_t stream);
 
-// Whether this build's small-tile backward kernels run on compute capability cc_major.x (on 9.x
-// only when built for every arch: csrc/features.py).
-bool bwd_small_runs_on(int cc_major);
-
 // Whether this build holds a backward kernel for the dtype, (kernel) head dim and variant.
 bool bwd_is_built(DType dtype, int kernel_head_dim, Variant variant);
 

@@ -17,6 +17,7 @@
 #include "bwd_epilogue.h"
 #include "bwd_kernel_traits.h"
 #include "dropout.h"
+#include "launch.h"
 #include "mask.h"
 #include "params.h"
 #include "softmax.h"
@@ -315,13 +316,7 @@ FLASH_HOST_DEVICE constexpr bool bwd_grid_key_block_major(bool is_causal, bool d
 template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_kernel(__grid_constant__ const BwdParams params) {
   extern __shared__ __align__(128) char smem[];
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(FLASH_ATTN_CUTE_SMALL_SMEM_BWD_EVERY_ARCH)
-  // The small tiles serve GPUs below sm_90 only, unless built for every arch (csrc/features.py).
-  constexpr bool kBuilt = !Traits::kSmallSmem;
-#else
-  constexpr bool kBuilt = true;
-#endif
-  if constexpr (!kBuilt) {
+  if constexpr (!small_smem_kernel_built<Traits::kSmallSmem>()) {
     __trap();
   } else {
     // The CTA's tile in either order, then one call of the (inlined) column block: a call per order

@@ -16,6 +16,16 @@ namespace flash_attn_cute {
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_fwd(FwdParams const& params, cudaStream_t stream);
 
+// The same on the small tiles of GPUs with less shared memory a block (fwd_small_smem: head dim 256
+// full and dropout on sm_86 / sm_89), whole launches; built where the build targets such GPUs
+// (csrc/features.py).
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
+cudaError_t run_fwd_small(FwdParams const& params, cudaStream_t stream);
+
+// Whether this build's small-tile kernels (forward and backward) run on compute capability
+// cc_major.x: on 9.x only when built for every arch (csrc/features.py).
+bool small_smem_runs_on(int cc_major);
+
 // The Hopper forward (fwd_kernel_sm90.h, sm_90a): every variant, whole (not split-KV) launches.
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_fwd_sm90(FwdParams const& params, cudaStream_t stream);

@@ -235,24 +235,28 @@ template <class Traits, bool Is_causal, bool Is_even_K, bool Is_split, Variant k
 __global__ void __launch_bounds__(Traits::kNThreads * (Is_split ? kMaxSplitWarps : 1), 1)
     flash_fwd_kernel(__grid_constant__ const FwdParams params) {
   extern __shared__ __align__(128) char smem[];
-  if constexpr (kVariant == Variant::kDropout) record_rng_state(params.dropout);
-  // A split kernel launched dependent (split_launch_dependent) may start while the kernel before it
-  // (a decode step's last, often the previous call's combine) finishes, and waits for its memory
-  // here (a no-op after an ordinary launch). The combine kernel, launched dependent, may start once
-  // every split CTA is running.
-  if constexpr (Is_split) {
-    wait_for_prior_grid();
-    allow_dependent_launch();
+  if constexpr (!small_smem_kernel_built<Traits::kSmallSmem>()) {
+    __trap();
+  } else {
+    if constexpr (kVariant == Variant::kDropout) record_rng_state(params.dropout);
+    // A split kernel launched dependent (split_launch_dependent) may start while the kernel before it
+    // (a decode step's last, often the previous call's combine) finishes, and waits for its memory
+    // here (a no-op after an ordinary launch). The combine kernel, launched dependent, may start once
+    // every split CTA is running.
+    if constexpr (Is_split) {
+      wait_for_prior_grid();
+      allow_dependent_launch();
+    }
+    const int warps = Is_split ? split_warps(params.num_splits) : 1;
+    const int m_blocks = Is_split ? int(gridDim.x) / split_ctas(params.num_splits) : int(gridDim.x);
+    const int split = Is_split ? int(blockIdx.x) / m_blocks * warps + int(threadIdx.x) / Traits::kNThreads : 0;
+    const int m_idx = Is_split ? int(blockIdx.x) % m_blocks : int(blockIdx.x);
+    // Causal row blocks near the end of the sequence see the most keys: start them first so the
+    // short ones fill the tail of the grid.
+    const int m_block = Is_causal ? m_blocks - 1 - m_idx : m_idx;
+    fwd_row_block<Traits, Is_causal, Is_even_K, Is_split, kVariant>(params, smem, m_block, blockIdx.y, blockIdx.z,
+                                                                    split, warps);
   }
-  const int warps = Is_split ? split_warps(params.num_splits) : 1;
-  const int m_blocks = Is_split ? int(gridDim.x) / split_ctas(params.num_splits) : int(gridDim.x);
-  const int split = Is_split ? int(blockIdx.x) / m_blocks * warps + int(threadIdx.x) / Traits::kNThreads : 0;
-  const int m_idx = Is_split ? int(blockIdx.x) % m_blocks : int(blockIdx.x);
-  // Causal row blocks near the end of the sequence see the most keys: start them first so the
-  // short ones fill the tail of the grid.
-  const int m_block = Is_causal ? m_blocks - 1 - m_idx : m_idx;
-  fwd_row_block<Traits, Is_causal, Is_even_K, Is_split, kVariant>(params, smem, m_block, blockIdx.y, blockIdx.z,
-                                                                  split, warps);
 }
 
 }  // namespace flash_attn_cute

@@ -50,4 +50,10 @@ cudaError_t run_fwd(FwdParams const& params, cudaStream_t stream) {
   }
 }
 
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
+cudaError_t run_fwd_small(FwdParams const& params, cudaStream_t stream) {
+  using Traits = FwdKernelTraits<kHeadDim, kIsCausal, typename ElementOf<kDType>::type, false, kVariant, true>;
+  return launch_fwd_kernel<Traits, kIsCausal, kIsEvenK, false, kVariant>(params, stream);
+}
+
 }  // namespace flash_attn_cute

@@ -54,15 +54,17 @@ struct GmemCopies {
                                                        ThreadLayout{}, VectorLayout{}));
 };
 
-// kIsSplit: the split-KV kernel's tile (fwd_split_tile_shape), else kVariant's (fwd_tile_shape).
+// kIsSplit: the split-KV kernel's tile (fwd_split_tile_shape), else kVariant's (fwd_tile_shape; its
+// small tiles with kSmallSmem).
 template <int kHeadDim_, bool kIsCausal, typename Element_, bool kIsSplit = false,
-          Variant kVariant = Variant::kPlain>
+          Variant kVariant = Variant::kPlain, bool kSmallSmem_ = false>
 struct FwdKernelTraits {
   using Element = Element_;
   using ElementAccum = float;
 
+  static constexpr bool kSmallSmem = kSmallSmem_;
   static constexpr FwdTileShape kTile =
-      kIsSplit ? fwd_split_tile_shape(kHeadDim_) : fwd_tile_shape(kHeadDim_, kIsCausal, kVariant);
+      kIsSplit ? fwd_split_tile_shape(kHeadDim_) : fwd_tile_shape(kHeadDim_, kIsCausal, kVariant, kSmallSmem);
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;

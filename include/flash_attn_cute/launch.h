@@ -30,6 +30,18 @@ cudaError_t allow_dynamic_smem(Kernel kernel, int smem_bytes, int device) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
 }
 
+// Whether a kernel's body is compiled for the arch of this device pass: the small tiles (GPUs with
+// less shared memory a block, tile_size.h) serve GPUs below sm_90 only, unless the build has them
+// for every arch (csrc/features.py); elsewhere their kernels trap.
+template <bool kSmallSmem>
+__host__ __device__ constexpr bool small_smem_kernel_built() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(FLASH_ATTN_CUTE_SMALL_SMEM_EVERY_ARCH)
+  return !kSmallSmem;
+#else
+  return true;
+#endif
+}
+
 __device__ __forceinline__ void allow_dependent_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

@@ -147,6 +147,11 @@ struct FwdParams {
   DType dtype = DType::kBFloat16;
   int num_sms = 0;  // read off the device by the caller; used by launch heuristics
   int device = 0;   // the CUDA device the launch runs on
+  int cc_major = 0;  // its compute capability's major version
+  // The shared memory it allows a block (its opt-in limit; FLASH_ATTN_CUTE_SMEM_LIMIT overrides it,
+  // for tests): GPUs that allow less than a kernel's tiles take run it on small tiles
+  // (fwd_small_smem, bwd_small_smem in tile_size.h).
+  int smem_optin = 0;
   // The device is a Hopper (compute capability 9.0) and the caller allows the Hopper forward
   // (fwd_kernel_sm90.h), which then runs the plain variant's whole launches.
   bool use_sm90 = false;
@@ -219,8 +224,7 @@ struct BwdParams : FwdParams {
   // key blocks walk their row blocks rotated and each row block takes their dQ tiles in the order
   // they reach it (dq_rotated, block_info.h), so none waits for another in the steady state.
   bool dq_rotate = false;
-  // The SM80 backward on bwd_tile_shape's small tiles (tile_size.h): the GPU allows a block less
-  // shared memory than the default tiles take (sm_86, sm_89: 99 KB). Never the Hopper backward.
+  // The SM80 backward on bwd_tile_shape's small tiles (bwd_small_smem). Never the Hopper backward.
   bool small_smem = false;
 
   // The epilogues' scales: dQ = ds_scale() dS K, dK = ds_scale() dS^T Q, dV = dv_scale() P^T dO

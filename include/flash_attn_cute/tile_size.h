@@ -31,7 +31,10 @@ constexpr int fwd_kernel_head_dim(int head_dim) {
 // every score) hold more registers than the plain ones. Where the plain tiles would spill them,
 // N tiles half as wide leave room (FA2 narrows its dropout tiles the same way): both at head dim
 // 64 (the plain 128-wide tiles spill about 400 bytes), dropout at 96 and 128 (64-wide: about 400).
-constexpr FwdTileShape fwd_tile_shape(int kernel_head_dim, bool is_causal, Variant variant = Variant::kPlain) {
+// small_smem: the tiles of GPUs that allow a block less shared memory than these take (fwd_small_smem):
+// at head dim 256 the causal kernels' 96 KB for sm_86 / sm_89's 99 KB.
+constexpr FwdTileShape fwd_tile_shape(int kernel_head_dim, bool is_causal, Variant variant = Variant::kPlain,
+                                      bool small_smem = false) {
   // 128 x 128 with 4 warps: small head dims keep S in few registers, so wide N tiles amortise
   // the softmax's row reductions.
   if (kernel_head_dim <= 64) return {128, variant != Variant::kPlain ? 64 : 128, 4};
@@ -39,7 +42,7 @@ constexpr FwdTileShape fwd_tile_shape(int kernel_head_dim, bool is_causal, Varia
   if (kernel_head_dim <= 128) return {128, variant == Variant::kDropout ? 32 : 64, 4};
   // 256 causal: 64-row blocks give twice the CTAs, two per SM (96 KB of smem each), which evens
   // out the triangle's uneven row blocks at short seqlens.
-  if (kernel_head_dim == 256 && is_causal) return {64, 64, 4};
+  if (kernel_head_dim == 256 && (is_causal || small_smem)) return {64, 64, 4};
   // 192 and 256: O alone is 64+ registers per thread at 4 warps, so 8 warps share the rows.
   return {128, 64, 8};
 }
@@ -230,6 +233,15 @@ constexpr int fwd_sm90_ws_smem_bytes(FwdTileShape tile, int kernel_head_dim) {
 // Shared memory of a forward CTA: Q, one K and one V tile (16-bit elements).
 constexpr int fwd_smem_bytes(FwdTileShape tile, int kernel_head_dim) {
   return (tile.block_m + 2 * tile.block_n) * kernel_head_dim * 2;
+}
+
+// Whether the SM80 forward (not split) takes fwd_tile_shape's small tiles on a GPU that allows
+// smem_optin bytes of shared memory a block: where the default tiles do not fit and smaller ones exist
+// (head dim 256 full and dropout on sm_86 / sm_89).
+constexpr bool fwd_small_smem(int kernel_head_dim, bool is_causal, Variant variant, int smem_optin) {
+  const int default_bytes = fwd_smem_bytes(fwd_tile_shape(kernel_head_dim, is_causal, variant), kernel_head_dim);
+  return default_bytes > smem_optin &&
+         fwd_smem_bytes(fwd_tile_shape(kernel_head_dim, is_causal, variant, true), kernel_head_dim) < default_bytes;
 }
 
 struct BwdTileShape {

@@ -89,6 +89,20 @@ void test_tile_table() {
     }
   }
   CHECK_EQ(kFwdHeadDims[n_dims - 1], kMaxHeadDim, "the largest kernel head dim is kMaxHeadDim");
+  // Small tiles (fwd_small_smem) where the SM80 forward's exceed sm_86 / sm_89's 99 KB a block:
+  // csrc/features.py's FWD_SMALL, (256, non-causal), for every variant; none on sm_80 or Hopper.
+  for (int i = 0; i < n_dims; ++i) {
+    const int d = kFwdHeadDims[i];
+    for (bool causal : {false, true}) {
+      for (Variant v : {Variant::kPlain, Variant::kScoreMods, Variant::kDropout}) {
+        const std::string where = fmt("fwd hdim %d%s variant %d", d, causal ? " causal" : "", int(v));
+        CHECK_EQ(fwd_small_smem(d, causal, v, 99 * 1024), d == 256 && !causal, where + ": small tiles on sm_86");
+        CHECK(!fwd_small_smem(d, causal, v, 163 * 1024) && !fwd_small_smem(d, causal, v, 227 * 1024),
+              where + ": small tiles on sm_80 or Hopper");
+        CHECK(fwd_smem_bytes(fwd_tile_shape(d, causal, v, true), d) <= 99 * 1024, where + ": small tiles over 99 KB");
+      }
+    }
+  }
   // The split-KV tile: one 16-row warp; at least four CTAs share a 228 KB SM at every head dim.
   for (int i = 0; i < n_dims; ++i) {
     const FwdTileShape split = fwd_split_tile_shape(kFwdHeadDims[i]);

@@ -1,18 +1,20 @@
-"""The SM80 backward on its small tiles (tile_size.h bwd_tile_shape), which GPUs that allow a block less
-shared memory than the default tiles take: sm_86 / sm_89 (99 KB) up to head dim 192, sm_80 (163 KB) at
-256. FLASH_ATTN_CUTE_BWD_SMEM_LIMIT plays such a GPU on any other, where the build has them for it
-(on Hopper: FLASH_ATTN_CUTE_SMALL_SMEM_BWD=1). Against the float32 reference: odd head dims and
-sequence lengths, causal with seqlen_q above seqlen_k, GQA / MQA, deterministic, varlen with empty
-sequences, the score mods and dropout."""
+"""The SM80 kernels on their small tiles (tile_size.h fwd_small_smem, bwd_small_smem), which GPUs that
+allow a block less shared memory than the default tiles take: the backward on sm_86 / sm_89 (99 KB) up
+to head dim 192 and on sm_80 (163 KB) at 256, the forward on sm_86 / sm_89 at head dim 256 (full,
+dropout). FLASH_ATTN_CUTE_SMEM_LIMIT plays such a GPU on any other, where the build has them for it
+(on Hopper: FLASH_ATTN_CUTE_SMALL_SMEM=1). Against the float32 reference: odd head dims and sequence
+lengths, causal with seqlen_q above seqlen_k, GQA / MQA, deterministic, varlen with empty sequences, the
+score mods and dropout."""
 import pytest
 import torch
 
 import flash_attn_cute as fac
-from flash_attn_cute._ops import BUILT_BWD_KERNELS, BUILT_BWD_SMALL_KERNELS, BWD_SMALL_RUNS_ON_HOPPER, kernel_head_dim
+from flash_attn_cute._ops import (BUILT_BWD_KERNELS, BUILT_BWD_SMALL_KERNELS, BUILT_FWD_SMALL_KERNELS,
+                                  SMALL_SMEM_RUNS_ON_HOPPER, kernel_head_dim)
 from flash_attn_cute.reference import attention_ref, attention_varlen_ref
 
 from test_bwd import _check_grads, _dense_ref, _grads_of, _varlen_case
-from test_fwd import HEADS, _randn
+from test_fwd import HEADS, _check, _randn
 from test_fwd_sm90 import _kernel_names
 
 pytestmark = pytest.mark.cuda
@@ -21,19 +23,19 @@ SM86_SMEM = 99 * 1024
 SM80_SMEM = 163 * 1024
 
 
-def _require_small(dtype, head_dim, causal, variant="plain"):
+def _require_small(dtype, head_dim, causal, variant="plain", built=BUILT_BWD_SMALL_KERNELS):
     name = "fp16" if dtype == torch.float16 else "bf16"
-    if (name, kernel_head_dim(head_dim), causal, variant) not in BUILT_BWD_SMALL_KERNELS:
-        pytest.skip(f"this build has no small-tile backward for {name} hdim {head_dim} ({variant})")
-    if torch.cuda.get_device_capability()[0] >= 9 and not BWD_SMALL_RUNS_ON_HOPPER:
+    if (name, kernel_head_dim(head_dim), causal, variant) not in built:
+        pytest.skip(f"this build has no small-tile kernel for {name} hdim {head_dim} ({variant})")
+    if torch.cuda.get_device_capability()[0] >= 9 and not SMALL_SMEM_RUNS_ON_HOPPER:
         pytest.skip("the small-tile backward is built for GPUs below sm_90 only")
 
 
 @pytest.fixture
 def small_gpu(monkeypatch):
-    """Plays a GPU with `limit` bytes of shared memory a block for the backward (99 KB by default)."""
+    """Plays a GPU that allows a block `limit` bytes of shared memory (99 KB by default)."""
     def play(limit=SM86_SMEM):
-        monkeypatch.setenv("FLASH_ATTN_CUTE_BWD_SMEM_LIMIT", str(limit))
+        monkeypatch.setenv("FLASH_ATTN_CUTE_SMEM_LIMIT", str(limit))
     return play
 
 
@@ -44,6 +46,11 @@ def _limit_for(head_dim):
 def _takes_small_kernel(names, head_dim):
     tag = f"BwdKernelTraits<{kernel_head_dim(head_dim)}, cutlass::"
     return any("flash_bwd_kernel" in n and tag in n and "_t, true>" in n for n in names)
+
+
+def _takes_small_forward(names, head_dim):
+    tag = f"FwdKernelTraits<{kernel_head_dim(head_dim)}, "
+    return any("flash_fwd_kernel" in n and tag in n and ", true>" in n for n in names)
 
 
 SEQLENS = [(1, 239), (113, 203), (127, 513), (512, 256), (1023, 1024)]
@@ -154,3 +161,37 @@ def test_small_gpu_without_small_tiles_is_a_clear_error(small_gpu):
     out = fac.flash_attn_func(q, k, v)
     with pytest.raises(RuntimeError, match=r"head dim 256 needs more shared memory per block than this GPU's 99 KB"):
         out.sum().backward()
+
+
+FWD_MODS = {"plain": {}, "softcap+alibi": dict(softcap=20.0, alibi=True), "window": dict(window_size=(90, 40))}
+
+
+@pytest.mark.parametrize("mods", list(FWD_MODS))
+@pytest.mark.parametrize("seqlens", [(1, 239), (113, 203), (1023, 1024)], ids=["1x239", "113x203", "1023x1024"])
+@pytest.mark.parametrize("head_dim", [224, 256])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_small_fwd_matches_reference(small_gpu, dtype, head_dim, seqlens, mods):
+    """Head dim 256 without causal masking: 128 KB tiles, over sm_86 / sm_89's 99 KB."""
+    kw = dict(FWD_MODS[mods])
+    _require_small(dtype, head_dim, False, "plain" if not kw else "mods", BUILT_FWD_SMALL_KERNELS)
+    small_gpu()
+    (seqlen_q, seqlen_k), (nheads, nheads_k) = seqlens, HEADS["gqa"]
+    torch.manual_seed(8)
+    if kw.pop("alibi", False):
+        kw["alibi_slopes"] = torch.rand(2, nheads, device="cuda", dtype=torch.float32) * 0.3
+    q = _randn(2, seqlen_q, nheads, head_dim, dtype=dtype)
+    k, v = (_randn(2, seqlen_k, nheads_k, head_dim, dtype=dtype) for _ in range(2))
+    names = _kernel_names(lambda: fac.flash_attn_func(q, k, v, **kw))
+    assert _takes_small_forward(names, head_dim), names
+    out, lse, _ = fac.flash_attn_func(q, k, v, return_attn_probs=True, **kw)
+    _check(q, k, v, False, out, lse, **kw)
+
+
+def test_small_fwd_dropout(small_gpu):
+    _require_small(torch.bfloat16, 256, False, "dropout", BUILT_FWD_SMALL_KERNELS)
+    small_gpu()
+    torch.manual_seed(9)
+    q = _randn(2, 300, 4, 256, dtype=torch.bfloat16)
+    k, v = (_randn(2, 257, 2, 256, dtype=torch.bfloat16) for _ in range(2))
+    out, lse, probs = fac.flash_attn_func(q, k, v, dropout_p=0.17, return_attn_probs=True)
+    _check(q, k, v, False, out, lse, dropout_p=0.17, dropout_mask=~probs.signbit())
