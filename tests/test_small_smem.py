@@ -164,23 +164,26 @@ def test_small_gpu_without_small_tiles_is_a_clear_error(small_gpu):
 
 
 FWD_MODS = {"plain": {}, "softcap+alibi": dict(softcap=20.0, alibi=True), "window": dict(window_size=(90, 40))}
+FWD_SEQLENS = [(129, 1000), (300, 203), (1023, 1024)]
 
 
 @pytest.mark.parametrize("mods", list(FWD_MODS))
-@pytest.mark.parametrize("seqlens", [(1, 239), (113, 203), (1023, 1024)], ids=["1x239", "113x203", "1023x1024"])
+@pytest.mark.parametrize("seqlens", FWD_SEQLENS, ids=[f"{a}x{b}" for a, b in FWD_SEQLENS])
 @pytest.mark.parametrize("head_dim", [224, 256])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_small_fwd_matches_reference(small_gpu, dtype, head_dim, seqlens, mods):
-    """Head dim 256 without causal masking: 128 KB tiles, over sm_86 / sm_89's 99 KB."""
+    """Head dim 256 without causal masking: 128 KB tiles, over sm_86 / sm_89's 99 KB. Batch 4 of 16
+    heads: enough row blocks that the calls take the whole-row kernel, not split-KV (glue.cpp
+    choose_splits), whose tiles are small anyway."""
     kw = dict(FWD_MODS[mods])
     _require_small(dtype, head_dim, False, "plain" if not kw else "mods", BUILT_FWD_SMALL_KERNELS)
     small_gpu()
-    (seqlen_q, seqlen_k), (nheads, nheads_k) = seqlens, HEADS["gqa"]
+    (seqlen_q, seqlen_k), (nheads, nheads_k), batch = seqlens, (16, 4), 4
     torch.manual_seed(8)
     if kw.pop("alibi", False):
-        kw["alibi_slopes"] = torch.rand(2, nheads, device="cuda", dtype=torch.float32) * 0.3
-    q = _randn(2, seqlen_q, nheads, head_dim, dtype=dtype)
-    k, v = (_randn(2, seqlen_k, nheads_k, head_dim, dtype=dtype) for _ in range(2))
+        kw["alibi_slopes"] = torch.rand(batch, nheads, device="cuda", dtype=torch.float32) * 0.3
+    q = _randn(batch, seqlen_q, nheads, head_dim, dtype=dtype)
+    k, v = (_randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype) for _ in range(2))
     names = _kernel_names(lambda: fac.flash_attn_func(q, k, v, **kw))
     assert _takes_small_forward(names, head_dim), names
     out, lse, _ = fac.flash_attn_func(q, k, v, return_attn_probs=True, **kw)
@@ -193,5 +196,6 @@ def test_small_fwd_dropout(small_gpu):
     torch.manual_seed(9)
     q = _randn(2, 300, 4, 256, dtype=torch.bfloat16)
     k, v = (_randn(2, 257, 2, 256, dtype=torch.bfloat16) for _ in range(2))
+    assert _takes_small_forward(_kernel_names(lambda: fac.flash_attn_func(q, k, v, dropout_p=0.17)), 256)
     out, lse, probs = fac.flash_attn_func(q, k, v, dropout_p=0.17, return_attn_probs=True)
     _check(q, k, v, False, out, lse, dropout_p=0.17, dropout_mask=~probs.signbit())
