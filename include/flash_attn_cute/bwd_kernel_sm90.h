@@ -316,8 +316,14 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     float const* dsum = lse + kBlockM;
     // P and dS from S and dP, with the call's score mods (with_softcap, with_alibi: compile-time, one
     // copy of the loop per case; checked per score, ptxas predicates them and every score issues both;
-    // softcap is the kernel's, Is_softcap).
+    // softcap is the kernel's, Is_softcap). ALiBi (alibi_at): in a causal kernel, where every key a
+    // row sees lies left of its diagonal, either form takes an FFMA a score and its row's part goes
+    // into the row's LSE term (row_part); in the others the symmetric form an add and an FFMA.
+    [[maybe_unused]] const AlibiBiasAt<0, decltype(tScS)> alibi_at(tScS, m_start, int(n_start), binfo.seqlen_q,
+                                                                   binfo.seqlen_k);
+    [[maybe_unused]] const auto alibi_row = alibi_at.row_part(alibi_slope, alibi_causal, params.softmax_scale_log2);
     auto scores = [&](auto with_softcap, auto with_alibi) __attribute__((always_inline)) {
+      constexpr bool kAlibi = decltype(with_alibi)::value;
 #pragma unroll
       for (int i = 0; i < size(tSrS); ++i) {
         const int key = get<0>(tScS(i)), row = get<1>(tScS(i));
@@ -329,11 +335,15 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
           s = fast_tanh(s * params.softcap);
           dcap = 1.f - s * s;
         }
-        if constexpr (decltype(with_alibi)::value) {
-          s += alibi_slope * alibi_bias(m_start + row, col, binfo.seqlen_q, binfo.seqlen_k, alibi_causal);
+        float lse_term = lse[row] * float(M_LOG2E);  // the row's, in log2 units (less ALiBi's row part)
+        if constexpr (kAlibi && Is_causal) {
+          s = fmaf(alibi_slope, alibi_at.key_offset(i), s);
+          lse_term -= fmaf(alibi_row.step, alibi_at.row_offset(i), alibi_row.first);
+        } else if constexpr (kAlibi) {
+          s += alibi_at.symmetric(i, alibi_slope);
         }
         const bool visible = !kMasked || mask.key_visible(m_start + row, col);
-        const float p = visible ? exp2f(s * params.softmax_scale_log2 - lse[row] * float(M_LOG2E)) : 0.f;
+        const float p = visible ? exp2f(s * params.softmax_scale_log2 - lse_term) : 0.f;
         tSrS(i) = p;
         tdPrdP(i) = p * (tdPrdP(i) - dsum[row]) * dcap;
       }
