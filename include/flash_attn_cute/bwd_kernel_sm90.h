@@ -63,10 +63,16 @@ __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_g
 // 348-350 with 64 (likely, not profiled: the S^T and dP^T MMAs' N of 128 reads fewer shared-memory
 // bytes per FLOP; 4-44 bytes of spills). The score-mod kernel's four copies of its score loop took
 // a 928-byte stack frame with 128 rows (session 43: forward + backward 6.6 times the plain one's);
-// split by softcap (Is_softcap), its kernel without softcap takes 128 (two copies of the score loop:
-// a 72-byte frame, 84 bytes of spill stores), the softcap one 64 (112 and 148 at 128; session 44).
-constexpr int bwd_sm90_block_m(int head_dim, Variant variant, bool softcap = false) {
-  return head_dim <= 64 && (variant != Variant::kScoreMods || !softcap) ? 128 : 64;
+// split by softcap (Sm90BwdCap), its kernel without softcap takes 128 (two copies of the score loop:
+// a 72-byte frame, 84 bytes of spill stores), and so does softcap's without ALiBi (one copy: 72 / 84
+// bytes, sm_90a, session 49); softcap's with ALiBi 64 (ptxas: 96-112 / 108-132 bytes at 128).
+enum class Sm90BwdCap {
+  kNone,     // no softcap: ALiBi and windows at run time (the score loop twice: with and without ALiBi)
+  kCap,      // softcap without ALiBi
+  kCapAlibi  // softcap with ALiBi
+};
+constexpr int bwd_sm90_block_m(int head_dim, Variant variant, Sm90BwdCap cap = Sm90BwdCap::kNone) {
+  return head_dim <= 64 && (variant != Variant::kScoreMods || cap != Sm90BwdCap::kCapAlibi) ? 128 : 64;
 }
 
 template <int kHeadDim_, typename Element_, int kBlockM_ = bwd_sm90_block_m(kHeadDim_, Variant::kPlain)>
@@ -153,8 +159,8 @@ struct BwdKernelTraitsSm90 {
   static_assert(dq_accum_row_floats(kHeadDim) == kHeadDim, "a tile's rows are contiguous");
 };
 
-// Is_softcap: the score-mod variant's calls with softcap, a kernel of their own (bwd_sm90_block_m).
-template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, bool Is_softcap>
+// kCap: the score-mod variant's calls with softcap, kernels of their own (bwd_sm90_block_m).
+template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, Sm90BwdCap kCap>
 __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char* smem, int n_block, int bidb,
                                                    int bidh_kv) {
   constexpr bool Is_dropout = kVariant == Variant::kDropout;
@@ -316,7 +322,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     float const* dsum = lse + kBlockM;
     // P and dS from S and dP, with the call's score mods (with_softcap, with_alibi: compile-time, one
     // copy of the loop per case; checked per score, ptxas predicates them and every score issues both;
-    // softcap is the kernel's, Is_softcap). ALiBi (alibi_at): in a causal kernel, where every key a
+    // with softcap, both are the kernel's: kCap). ALiBi (alibi_at): in a causal kernel, where every key a
     // row sees lies left of its diagonal, either form takes an FFMA a score and its row's part goes
     // into the row's LSE term (row_part); in the others the symmetric form an add and an FFMA.
     [[maybe_unused]] const AlibiBiasAt<0, decltype(tScS)> alibi_at(tScS, m_start, int(n_start), binfo.seqlen_q,
@@ -348,8 +354,10 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
         tdPrdP(i) = p * (tdPrdP(i) - dsum[row]) * dcap;
       }
     };
-    using Softcap = cute::bool_constant<Is_softcap>;
-    if (has_alibi) {  // false (compile-time) without Has_mods
+    using Softcap = cute::bool_constant<kCap != Sm90BwdCap::kNone>;
+    if constexpr (kCap != Sm90BwdCap::kNone) {
+      scores(Softcap{}, cute::bool_constant<kCap == Sm90BwdCap::kCapAlibi>{});
+    } else if (has_alibi) {  // false (compile-time) without Has_mods
       scores(Softcap{}, cute::true_type{});
     } else {
       scores(Softcap{}, cute::false_type{});
@@ -492,14 +500,13 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   if (tidx == 0) bulk_wait();  // the CTA's shared memory lives until its last reduction is done
 }
 
-template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, bool Is_softcap>
+template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, Sm90BwdCap kCap>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_sm90_kernel(__grid_constant__ const BwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) char smem[];
   const FwdWsTile tile =
       bwd_cta_tile<Traits::kHeadDim, Traits::kBlockN, typename Traits::Element, Is_causal>(params, blockIdx.x);
-  bwd_sm90_col_block<Traits, Is_causal, Is_even_K, kVariant, Is_softcap>(params, smem, tile.m_block, tile.bidb,
-                                                                         tile.bidh);
+  bwd_sm90_col_block<Traits, Is_causal, Is_even_K, kVariant, kCap>(params, smem, tile.m_block, tile.bidb, tile.bidh);
 #else
   __trap();
 #endif
@@ -507,23 +514,27 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_sm90_kernel(__
 
 // The launches (launch_bwd_passes, bwd_epilogue.h). Not deterministic; a 1-D grid of key blocks x
 // batch x KV heads (bwd_cta_tile).
-template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant, bool kSoftcap>
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant, Sm90BwdCap kCap>
 cudaError_t launch_bwd_sm90(BwdParams const& params, cudaStream_t stream) {
   using Traits =
-      BwdKernelTraitsSm90<kHeadDim, typename ElementOf<kDType>::type, bwd_sm90_block_m(kHeadDim, kVariant, kSoftcap)>;
+      BwdKernelTraitsSm90<kHeadDim, typename ElementOf<kDType>::type, bwd_sm90_block_m(kHeadDim, kVariant, kCap)>;
   constexpr int kSmemBytes = kVariant == Variant::kDropout ? Traits::kSmemBytesDropout : Traits::kSmemBytes;
   const int64_t ctas = int64_t(ceil_div(params.seqlen_k, Traits::kBlockN)) * params.batch * params.heads_k;
   if (ctas > INT32_MAX) return cudaErrorInvalidConfiguration;
-  return launch_bwd_passes<Traits>(flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kSoftcap>,
+  return launch_bwd_passes<Traits>(flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kCap>,
                                    dim3(unsigned(ctas)), kSmemBytes, params, stream);
 }
 
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd_sm90(BwdParams const& params, cudaStream_t stream) {
   if constexpr (kVariant == Variant::kScoreMods) {
-    if (params.softcap > 0.f) return launch_bwd_sm90<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant, true>(params, stream);
+    if (params.softcap > 0.f) {
+      return params.alibi_slopes
+                 ? launch_bwd_sm90<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant, Sm90BwdCap::kCapAlibi>(params, stream)
+                 : launch_bwd_sm90<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant, Sm90BwdCap::kCap>(params, stream);
+    }
   }
-  return launch_bwd_sm90<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant, false>(params, stream);
+  return launch_bwd_sm90<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant, Sm90BwdCap::kNone>(params, stream);
 }
 
 }  // namespace flash_attn_cute
