@@ -65,11 +65,16 @@ __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_g
 // a 928-byte stack frame with 128 rows (session 43: forward + backward 6.6 times the plain one's);
 // split by softcap (Sm90BwdCap), its kernel without softcap takes 128 (two copies of the score loop:
 // a 72-byte frame, 84 bytes of spill stores), and so does softcap's without ALiBi (one copy: 72 / 84
-// bytes, sm_90a, session 49); softcap's with ALiBi 64 (ptxas: 96-112 / 108-132 bytes at 128).
+// bytes, sm_90a, session 49); softcap's with ALiBi 64 (ptxas: 96-112 / 108-132 bytes at 128). The
+// dropout kernel is split by softcap too (session 49): without softcap's code in it, its 128-row
+// step spills 152 / 244 bytes (stores / loads; 74 local-memory accesses a step) against 512 / 792
+// (272). Its softcap kernel keeps 128 rows: at 64 the dropout kernel, spilling none, ran slower
+// (session 46: forward + backward 0.73 -> 0.71 of plain).
 enum class Sm90BwdCap {
-  kNone,     // no softcap: ALiBi and windows at run time (the score loop twice: with and without ALiBi)
-  kCap,      // softcap without ALiBi
-  kCapAlibi  // softcap with ALiBi
+  kNone,     // no softcap: ALiBi and windows at run time (the score-mod kernel's score loop twice: with
+             // and without ALiBi)
+  kCap,      // softcap (the dropout kernel's: ALiBi at run time), the score-mod kernel's without ALiBi
+  kCapAlibi  // the score-mod kernel's softcap with ALiBi
 };
 constexpr int bwd_sm90_block_m(int head_dim, Variant variant, Sm90BwdCap cap = Sm90BwdCap::kNone) {
   return head_dim <= 64 && (variant != Variant::kScoreMods || cap != Sm90BwdCap::kCapAlibi) ? 128 : 64;
@@ -412,7 +417,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     const auto dropout_words = draw_dropout_words_before_wait<true>(
         dropout_rng, tScSr_blocks, uint32_t(bidb * params.heads + bidh), m_start, int(n_start));
     warpgroup_mma_done(tSrS, tdPrdP);
-    if (params.softcap > 0.f) apply_softcap(tSrS, params.softcap);
+    if constexpr (kCap != Sm90BwdCap::kNone) apply_softcap(tSrS, params.softcap);
     if (params.alibi_slopes) {
       apply_alibi(tSrS, tScSr, m_start, int(n_start), binfo.seqlen_q, binfo.seqlen_k, alibi_causal_form(window),
                   alibi_slope);
@@ -424,7 +429,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     negate_dropped(tSrS_blocks, dropout_words, dropout_rng.threshold);
     Tensor tdPrdP_rc = make_tensor(tdPrdP.data(), acc_layout_rowcol(tdPrdP.layout()));  // (rows, cols)
     dscores<true>(tdPrdP_rc, tSrS_rc, dsum);
-    if (params.softcap > 0.f) {
+    if constexpr (kCap != Sm90BwdCap::kNone) {
       softcap_dscores<true>(tdPrdP_rc, tSrS_rc, lse_log2, params.softmax_scale_log2, tScSr, m_start, int(n_start),
                             binfo.seqlen_q, binfo.seqlen_k, alibi_causal_form(window), alibi_slope);
     }
@@ -532,6 +537,11 @@ cudaError_t run_bwd_sm90(BwdParams const& params, cudaStream_t stream) {
       return params.alibi_slopes
                  ? launch_bwd_sm90<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant, Sm90BwdCap::kCapAlibi>(params, stream)
                  : launch_bwd_sm90<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant, Sm90BwdCap::kCap>(params, stream);
+    }
+  }
+  if constexpr (kVariant == Variant::kDropout) {
+    if (params.softcap > 0.f) {
+      return launch_bwd_sm90<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant, Sm90BwdCap::kCap>(params, stream);
     }
   }
   return launch_bwd_sm90<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant, Sm90BwdCap::kNone>(params, stream);
