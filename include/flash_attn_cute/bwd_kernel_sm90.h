@@ -63,10 +63,21 @@ __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_g
 // 348-350 with 64 (likely, not profiled: the S^T and dP^T MMAs' N of 128 reads fewer shared-memory
 // bytes per FLOP; 4-44 bytes of spills). The score-mod kernel's four copies of its score loop took
 // a 928-byte stack frame with 128 rows (session 43: forward + backward 6.6 times the plain one's);
-// split by softcap (Is_softcap), its kernel without softcap takes 128 (two copies of the score loop:
-// a 72-byte frame, 84 bytes of spill stores), the softcap one 64 (112 and 148 at 128; session 44).
-constexpr int bwd_sm90_block_m(int head_dim, Variant variant, bool softcap = false) {
-  return head_dim <= 64 && (variant != Variant::kScoreMods || !softcap) ? 128 : 64;
+// split by softcap (Sm90BwdCap), its kernel without softcap takes 128 (two copies of the score loop:
+// a 72-byte frame, 84 bytes of spill stores), and so does softcap's without ALiBi (one copy: 72 / 84
+// bytes, sm_90a, session 49); softcap's with ALiBi 64 (ptxas: 96-112 / 108-132 bytes at 128). The
+// dropout kernel is split by softcap too (session 49): without softcap's code in it, its 128-row
+// step spills 152 / 244 bytes (stores / loads; 74 local-memory accesses a step) against 512 / 792
+// (272). Its softcap kernel keeps 128 rows: at 64 the dropout kernel, spilling none, ran slower
+// (session 46: forward + backward 0.73 -> 0.71 of plain).
+enum class Sm90BwdCap {
+  kNone,     // no softcap: ALiBi and windows at run time (the score-mod kernel's score loop twice: with
+             // and without ALiBi)
+  kCap,      // softcap (the dropout kernel's: ALiBi at run time), the score-mod kernel's without ALiBi
+  kCapAlibi  // the score-mod kernel's softcap with ALiBi
+};
+constexpr int bwd_sm90_block_m(int head_dim, Variant variant, Sm90BwdCap cap = Sm90BwdCap::kNone) {
+  return head_dim <= 64 && (variant != Variant::kScoreMods || cap != Sm90BwdCap::kCapAlibi) ? 128 : 64;
 }
 
 template <int kHeadDim_, typename Element_, int kBlockM_ = bwd_sm90_block_m(kHeadDim_, Variant::kPlain)>
@@ -153,8 +164,8 @@ struct BwdKernelTraitsSm90 {
   static_assert(dq_accum_row_floats(kHeadDim) == kHeadDim, "a tile's rows are contiguous");
 };
 
-// Is_softcap: the score-mod variant's calls with softcap, a kernel of their own (bwd_sm90_block_m).
-template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, bool Is_softcap>
+// kCap: the score-mod variant's calls with softcap, kernels of their own (bwd_sm90_block_m).
+template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, Sm90BwdCap kCap>
 __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char* smem, int n_block, int bidb,
                                                    int bidh_kv) {
   constexpr bool Is_dropout = kVariant == Variant::kDropout;
@@ -316,8 +327,14 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     float const* dsum = lse + kBlockM;
     // P and dS from S and dP, with the call's score mods (with_softcap, with_alibi: compile-time, one
     // copy of the loop per case; checked per score, ptxas predicates them and every score issues both;
-    // softcap is the kernel's, Is_softcap).
+    // with softcap, both are the kernel's: kCap). ALiBi (alibi_at): in a causal kernel, where every key a
+    // row sees lies left of its diagonal, either form takes an FFMA a score and its row's part goes
+    // into the row's LSE term (row_part); in the others the symmetric form an add and an FFMA.
+    [[maybe_unused]] const AlibiBiasAt<0, decltype(tScS)> alibi_at(tScS, m_start, int(n_start), binfo.seqlen_q,
+                                                                   binfo.seqlen_k);
+    [[maybe_unused]] const auto alibi_row = alibi_at.row_part(alibi_slope, alibi_causal, params.softmax_scale_log2);
     auto scores = [&](auto with_softcap, auto with_alibi) __attribute__((always_inline)) {
+      constexpr bool kAlibi = decltype(with_alibi)::value;
 #pragma unroll
       for (int i = 0; i < size(tSrS); ++i) {
         const int key = get<0>(tScS(i)), row = get<1>(tScS(i));
@@ -329,17 +346,23 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
           s = fast_tanh(s * params.softcap);
           dcap = 1.f - s * s;
         }
-        if constexpr (decltype(with_alibi)::value) {
-          s += alibi_slope * alibi_bias(m_start + row, col, binfo.seqlen_q, binfo.seqlen_k, alibi_causal);
+        float lse_term = lse[row] * float(M_LOG2E);  // the row's, in log2 units (less ALiBi's row part)
+        if constexpr (kAlibi && Is_causal) {
+          s = fmaf(alibi_slope, alibi_at.key_offset(i), s);
+          lse_term -= fmaf(alibi_row.step, alibi_at.row_offset(i), alibi_row.first);
+        } else if constexpr (kAlibi) {
+          s += alibi_at.symmetric(i, alibi_slope);
         }
         const bool visible = !kMasked || mask.key_visible(m_start + row, col);
-        const float p = visible ? exp2f(s * params.softmax_scale_log2 - lse[row] * float(M_LOG2E)) : 0.f;
+        const float p = visible ? exp2f(s * params.softmax_scale_log2 - lse_term) : 0.f;
         tSrS(i) = p;
         tdPrdP(i) = p * (tdPrdP(i) - dsum[row]) * dcap;
       }
     };
-    using Softcap = cute::bool_constant<Is_softcap>;
-    if (has_alibi) {  // false (compile-time) without Has_mods
+    using Softcap = cute::bool_constant<kCap != Sm90BwdCap::kNone>;
+    if constexpr (kCap != Sm90BwdCap::kNone) {
+      scores(Softcap{}, cute::bool_constant<kCap == Sm90BwdCap::kCapAlibi>{});
+    } else if (has_alibi) {  // false (compile-time) without Has_mods
       scores(Softcap{}, cute::true_type{});
     } else {
       scores(Softcap{}, cute::false_type{});
@@ -394,7 +417,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     const auto dropout_words = draw_dropout_words_before_wait<true>(
         dropout_rng, tScSr_blocks, uint32_t(bidb * params.heads + bidh), m_start, int(n_start));
     warpgroup_mma_done(tSrS, tdPrdP);
-    if (params.softcap > 0.f) apply_softcap(tSrS, params.softcap);
+    if constexpr (kCap != Sm90BwdCap::kNone) apply_softcap(tSrS, params.softcap);
     if (params.alibi_slopes) {
       apply_alibi(tSrS, tScSr, m_start, int(n_start), binfo.seqlen_q, binfo.seqlen_k, alibi_causal_form(window),
                   alibi_slope);
@@ -406,7 +429,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     negate_dropped(tSrS_blocks, dropout_words, dropout_rng.threshold);
     Tensor tdPrdP_rc = make_tensor(tdPrdP.data(), acc_layout_rowcol(tdPrdP.layout()));  // (rows, cols)
     dscores<true>(tdPrdP_rc, tSrS_rc, dsum);
-    if (params.softcap > 0.f) {
+    if constexpr (kCap != Sm90BwdCap::kNone) {
       softcap_dscores<true>(tdPrdP_rc, tSrS_rc, lse_log2, params.softmax_scale_log2, tScSr, m_start, int(n_start),
                             binfo.seqlen_q, binfo.seqlen_k, alibi_causal_form(window), alibi_slope);
     }
@@ -482,14 +505,13 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   if (tidx == 0) bulk_wait();  // the CTA's shared memory lives until its last reduction is done
 }
 
-template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, bool Is_softcap>
+template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, Sm90BwdCap kCap>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_sm90_kernel(__grid_constant__ const BwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) char smem[];
   const FwdWsTile tile =
       bwd_cta_tile<Traits::kHeadDim, Traits::kBlockN, typename Traits::Element, Is_causal>(params, blockIdx.x);
-  bwd_sm90_col_block<Traits, Is_causal, Is_even_K, kVariant, Is_softcap>(params, smem, tile.m_block, tile.bidb,
-                                                                         tile.bidh);
+  bwd_sm90_col_block<Traits, Is_causal, Is_even_K, kVariant, kCap>(params, smem, tile.m_block, tile.bidb, tile.bidh);
 #else
   __trap();
 #endif
@@ -497,23 +519,32 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_sm90_kernel(__
 
 // The launches (launch_bwd_passes, bwd_epilogue.h). Not deterministic; a 1-D grid of key blocks x
 // batch x KV heads (bwd_cta_tile).
-template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant, bool kSoftcap>
+template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant, Sm90BwdCap kCap>
 cudaError_t launch_bwd_sm90(BwdParams const& params, cudaStream_t stream) {
   using Traits =
-      BwdKernelTraitsSm90<kHeadDim, typename ElementOf<kDType>::type, bwd_sm90_block_m(kHeadDim, kVariant, kSoftcap)>;
+      BwdKernelTraitsSm90<kHeadDim, typename ElementOf<kDType>::type, bwd_sm90_block_m(kHeadDim, kVariant, kCap)>;
   constexpr int kSmemBytes = kVariant == Variant::kDropout ? Traits::kSmemBytesDropout : Traits::kSmemBytes;
   const int64_t ctas = int64_t(ceil_div(params.seqlen_k, Traits::kBlockN)) * params.batch * params.heads_k;
   if (ctas > INT32_MAX) return cudaErrorInvalidConfiguration;
-  return launch_bwd_passes<Traits>(flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kSoftcap>,
+  return launch_bwd_passes<Traits>(flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kCap>,
                                    dim3(unsigned(ctas)), kSmemBytes, params, stream);
 }
 
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd_sm90(BwdParams const& params, cudaStream_t stream) {
   if constexpr (kVariant == Variant::kScoreMods) {
-    if (params.softcap > 0.f) return launch_bwd_sm90<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant, true>(params, stream);
+    if (params.softcap > 0.f) {
+      return params.alibi_slopes
+                 ? launch_bwd_sm90<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant, Sm90BwdCap::kCapAlibi>(params, stream)
+                 : launch_bwd_sm90<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant, Sm90BwdCap::kCap>(params, stream);
+    }
   }
-  return launch_bwd_sm90<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant, false>(params, stream);
+  if constexpr (kVariant == Variant::kDropout) {
+    if (params.softcap > 0.f) {
+      return launch_bwd_sm90<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant, Sm90BwdCap::kCap>(params, stream);
+    }
+  }
+  return launch_bwd_sm90<kDType, kHeadDim, kIsCausal, kIsEvenK, kVariant, Sm90BwdCap::kNone>(params, stream);
 }
 
 }  // namespace flash_attn_cute

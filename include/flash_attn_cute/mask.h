@@ -157,6 +157,47 @@ FLASH_HOST_DEVICE void for_each_alibi_bias(TensorC const& tScS, int row0, int co
   }
 }
 
+// ALiBi's bias at entry i of a thread's accumulator tile, whatever its layout (the SM90 backward's
+// S^T = K Q^T holds keys along M), without an int-to-float conversion a score: tScS's coordinates
+// are entry 0's plus compile-time offsets, so entry 0's key and diagonal offset (alibi_bias's d),
+// converted to float once, plus constants give entry i's (exact below 2^24). kKeyMode: the
+// coordinate mode holding the key (the other holds the query row).
+template <int kKeyMode, class TensorC>
+struct AlibiBiasAt {
+  TensorC const& tScS;
+  float key_first, d_first;  // entry 0's key and row + seqlen_k - seqlen_q - key
+
+  FLASH_HOST_DEVICE AlibiBiasAt(TensorC const& c, int row0, int col0, int seqlen_q, int seqlen_k)
+      : tScS(c),
+        key_first(float(col0 + int(cute::get<kKeyMode>(c(0))))),
+        d_first(float(row0 + int(cute::get<1 - kKeyMode>(c(0))) + seqlen_k - seqlen_q - col0 -
+                      int(cute::get<kKeyMode>(c(0))))) {}
+
+  // Entry i's key and row, less entry 0's: compile-time constants in an unrolled loop.
+  FLASH_HOST_DEVICE float key_offset(int i) const {
+    return float(int(cute::get<kKeyMode>(tScS(i))) - int(cute::get<kKeyMode>(tScS(0))));
+  }
+  FLASH_HOST_DEVICE float row_offset(int i) const {
+    return float(int(cute::get<1 - kKeyMode>(tScS(i))) - int(cute::get<1 - kKeyMode>(tScS(0))));
+  }
+
+  // slope_scaled * the symmetric form at entry i: an add and an FFMA (|x| is an operand modifier).
+  FLASH_HOST_DEVICE float symmetric(int i, float slope_scaled) const {
+    return -slope_scaled * fabsf(d_first + (row_offset(i) - key_offset(i)));
+  }
+
+  // Left of its row's diagonal (d >= 0: every key a causal kernel's rows see), entry i's bias in
+  // either form, times `scale`, is scale * slope_scaled * key_offset(i) (an FFMA of the score) plus
+  // a linear function of its row, first + step * row_offset(i) (a constant of the row).
+  struct RowPart {
+    float first, step;
+  };
+  FLASH_HOST_DEVICE RowPart row_part(float slope_scaled, bool causal_form, float scale) const {
+    const float slope = slope_scaled * scale;
+    return causal_form ? RowPart{slope * key_first, 0.f} : RowPart{-slope * d_first, -slope};
+  }
+};
+
 // Adds slope_scaled * alibi_bias to every score of the tile (slope_scaled = slope / softmax_scale),
 // the causal form measured from column causal_col_ref: slope_scaled * (col - causal_col_ref).
 template <class TensorS, class TensorC>

@@ -828,8 +828,9 @@ void check_dq_fragments(std::index_sequence<I...>) {
 void test_dq_fragment() {
   check_dq_fragments(std::make_index_sequence<std::size(kFwdHeadDims)>{});
   check_dq_fragment<BwdKernelTraitsSm90<64, cutlass::bfloat16_t>>("Hopper bwd hdim 64");
-  check_dq_fragment<BwdKernelTraitsSm90<64, cutlass::bfloat16_t, bwd_sm90_block_m(64, Variant::kScoreMods, true)>>(
-      "Hopper bwd hdim 64, softcap (64 query rows)");
+  check_dq_fragment<
+      BwdKernelTraitsSm90<64, cutlass::bfloat16_t, bwd_sm90_block_m(64, Variant::kScoreMods, Sm90BwdCap::kCapAlibi)>>(
+      "Hopper bwd hdim 64, softcap + ALiBi (64 query rows)");
   check_dq_fragment<BwdKernelTraitsSm90<128, cutlass::bfloat16_t>>("Hopper bwd hdim 128");
   check_dq_rows_fragment<BwdKernelTraitsSm90<64, cutlass::bfloat16_t, bwd_sm90_block_m(64, Variant::kDropout)>>(
       "Hopper bwd hdim 64, dropout");
@@ -1525,6 +1526,50 @@ void test_alibi_apply() {
   CHECK(bwd_err <= 1, fmt("backward S tile (hdim 128): apply_alibi off alibi_bias by %g of its bound", bwd_err));
 }
 
+// AlibiBiasAt (the Hopper backward's S^T = K Q^T tile, keys along M) against alibi_bias on every
+// thread's fragment, in tiles across the diagonal and on either side of it: its symmetric form
+// everywhere, and on keys left of their row's diagonal, both forms as the key part (an FFMA of the
+// score) plus the row part (row_part, in the exponent's units: scale times the bias). Returns the
+// largest error in units of the bound 2^-22 * slope * (row + col + kN + kM) (times scale for the
+// split), which holds the roundings of the float positions' products with the slope.
+template <class TiledMma, int kN, int kM>
+double max_alibi_bias_at_error() {
+  double worst = 0;
+  const int shapes[][2] = {{128, 128}, {100, 300}, {300, 100}, {1, 700}, {16384, 16384}};
+  const int origins[][2] = {{0, 0}, {128, 64}, {64, 256}, {16256, 16320}, {8192, 128}, {128, 8192}};
+  const float slope = 0.0625f / 0.088f, scale = 0.088f * 1.4426950408889634f;
+  for (auto const& sqk : shapes) {
+    for (auto const& rc : origins) {
+      for_each_thread_fragment<TiledMma, kN, kM>(0.f, [&](auto&, auto const& tScS) {
+        const AlibiBiasAt<0, std::decay_t<decltype(tScS)>> at(tScS, rc[0], rc[1], sqk[0], sqk[1]);
+        for (int i = 0; i < int(size(tScS)); ++i) {
+          const int row = rc[0] + get<1>(tScS(i)), col = rc[1] + get<0>(tScS(i));
+          const double bound = std::ldexp(double(slope) * (row + col + kN + kM), -22);
+          const double sym = double(slope) * alibi_bias(row, col, sqk[0], sqk[1], false);
+          worst = std::max(worst, std::abs(at.symmetric(i, slope) - sym) / bound);
+          if (col > row + sqk[1] - sqk[0]) continue;  // right of the diagonal: no causal kernel's row sees it
+          for (bool causal_form : {false, true}) {
+            const auto part = at.row_part(slope, causal_form, scale);
+            const double split = double(scale) * slope * at.key_offset(i) + part.first + part.step * at.row_offset(i);
+            const double want = double(scale) * slope * alibi_bias(row, col, sqk[0], sqk[1], causal_form);
+            worst = std::max(worst, std::abs(split - want) / (bound * scale));
+          }
+        }
+      });
+    }
+  }
+  return worst;
+}
+
+void test_alibi_bias_at() {
+  using Bwd64 = BwdKernelTraitsSm90<64, cutlass::bfloat16_t, bwd_sm90_block_m(64, Variant::kScoreMods)>;
+  using Bwd128 = BwdKernelTraitsSm90<128, cutlass::half_t, bwd_sm90_block_m(128, Variant::kScoreMods)>;
+  const double err64 = max_alibi_bias_at_error<typename Bwd64::TiledMmaSdP, Bwd64::kBlockN, Bwd64::kBlockM>();
+  const double err128 = max_alibi_bias_at_error<typename Bwd128::TiledMmaSdP, Bwd128::kBlockN, Bwd128::kBlockM>();
+  CHECK(err64 <= 1, fmt("sm90 backward S^T tile (hdim 64): AlibiBiasAt off alibi_bias by %g of its bound", err64));
+  CHECK(err128 <= 1, fmt("sm90 backward S^T tile (hdim 128): AlibiBiasAt off alibi_bias by %g of its bound", err128));
+}
+
 // KeyBlockWalk (block_info.h): every block of the range once, from the start up, then down from
 // below it; top-down when started at the top; an ALiBi walk starts at the block of the first row's
 // diagonal, within the range.
@@ -1736,6 +1781,7 @@ const Case kCases[] = {
     {"mask", test_mask},
     {"mask_apply", test_mask_apply},
     {"alibi_apply", test_alibi_apply},
+    {"alibi_bias_at", test_alibi_bias_at},
     {"alibi_max_bias", test_alibi_max_bias},
     {"n_block_range", test_n_block_range},
     {"key_block_walk", test_key_block_walk},
