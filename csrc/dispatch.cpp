@@ -8,9 +8,9 @@
 #include "generated/bwd_instances.h"
 #include "generated/bwd_sm90_instances.h"
 #include "generated/bwd_small_instances.h"
-#include "generated/fwd_small_instances.h"
 #include "generated/fwd_instances.h"
 #include "generated/fwd_sm90_instances.h"
+#include "generated/fwd_small_instances.h"
 
 namespace flash_attn_cute {
 namespace {
@@ -23,15 +23,18 @@ bool matches(FwdParams const& params, DType dtype, int hdim, bool causal, bool e
 
 }  // namespace
 
+// In a dispatcher: returns RUN<...>(params, stream) for an X-macro entry that matches params.
+#define FLASH_TRY_RUN(RUN, DT, HDIM, CAUSAL, EVEN_K, VARIANT)              \
+  if (matches(params, DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT)) \
+    return RUN<DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT>(params, stream);
+
 cudaError_t run_fwd_dispatch(FwdParams const& params, cudaStream_t stream) {
   // A GPU that allows a block less shared memory than the SM80 kernel's tiles take (fwd_small_smem;
   // params.smem_optin 0: not known, the default tiles): its small tiles, where built.
   if (params.smem_optin > 0 && !params.uses_split_kernel() &&
       fwd_small_smem(fwd_kernel_head_dim(params.head_dim), params.is_causal, params.variant(), params.smem_optin)) {
     if (!small_smem_runs_on(params.cc_major)) return cudaErrorLaunchOutOfResources;
-#define FLASH_TRY_SMALL(DT, HDIM, CAUSAL, EVEN_K, VARIANT)                \
-  if (matches(params, DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT)) \
-    return run_fwd_small<DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT>(params, stream);
+#define FLASH_TRY_SMALL(...) FLASH_TRY_RUN(run_fwd_small, __VA_ARGS__)
     FLASH_FWD_SMALL_INSTANCES(FLASH_TRY_SMALL)
 #undef FLASH_TRY_SMALL
     return cudaErrorLaunchOutOfResources;  // built without them: no kernel of this build fits the GPU
@@ -44,9 +47,7 @@ cudaError_t run_fwd_dispatch(FwdParams const& params, cudaStream_t stream) {
     FLASH_FWD_SM90_INSTANCES(FLASH_TRY_SM90)
 #undef FLASH_TRY_SM90
   }
-#define FLASH_TRY(DT, HDIM, CAUSAL, EVEN_K, VARIANT)                  \
-  if (matches(params, DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT)) \
-    return run_fwd<DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT>(params, stream);
+#define FLASH_TRY(...) FLASH_TRY_RUN(run_fwd, __VA_ARGS__)
   FLASH_FWD_INSTANCES(FLASH_TRY)
 #undef FLASH_TRY
   return cudaErrorNotSupported;
@@ -71,27 +72,23 @@ bool bwd_takes_sm90(BwdParams const& params) {
 
 cudaError_t run_bwd_dispatch(BwdParams const& params, cudaStream_t stream) {
   if (params.small_smem) {
-#define FLASH_TRY_SMALL(DT, HDIM, CAUSAL, EVEN_K, VARIANT)                \
-  if (matches(params, DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT)) \
-    return run_bwd_small<DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT>(params, stream);
+#define FLASH_TRY_SMALL(...) FLASH_TRY_RUN(run_bwd_small, __VA_ARGS__)
     FLASH_BWD_SMALL_INSTANCES(FLASH_TRY_SMALL)
 #undef FLASH_TRY_SMALL
     return cudaErrorLaunchOutOfResources;  // built without them: no kernel of this build fits the GPU
   }
   if (bwd_takes_sm90(params)) {
-#define FLASH_TRY_SM90(DT, HDIM, CAUSAL, EVEN_K, VARIANT)                  \
-  if (matches(params, DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT)) \
-    return run_bwd_sm90<DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT>(params, stream);
+#define FLASH_TRY_SM90(...) FLASH_TRY_RUN(run_bwd_sm90, __VA_ARGS__)
     FLASH_BWD_SM90_INSTANCES(FLASH_TRY_SM90)
 #undef FLASH_TRY_SM90
   }
-#define FLASH_TRY(DT, HDIM, CAUSAL, EVEN_K, VARIANT)                  \
-  if (matches(params, DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT)) \
-    return run_bwd<DType::DT, HDIM, CAUSAL, EVEN_K, Variant::VARIANT>(params, stream);
+#define FLASH_TRY(...) FLASH_TRY_RUN(run_bwd, __VA_ARGS__)
   FLASH_BWD_INSTANCES(FLASH_TRY)
 #undef FLASH_TRY
   return cudaErrorNotSupported;
 }
+
+#undef FLASH_TRY_RUN
 
 bool small_smem_runs_on(int cc_major) { return cc_major < 9 || FLASH_SMALL_SMEM_EVERY_ARCH; }
 

@@ -47,55 +47,32 @@ TORCH_LIBRARY_IMPL(flash_attn_cute, CUDA, m) {
 
 namespace {
 
-// The (dtype, kernel head dim, causal, variant) forward kernels compiled into this build (each in
-// its even-K and uneven-K forms); variant: "plain", "mods" (softcap / ALiBi / windows), "dropout".
 char const* variant_name(flash_attn_cute::Variant v) {
   using flash_attn_cute::Variant;
   return v == Variant::kPlain ? "plain" : v == Variant::kScoreMods ? "mods" : "dropout";
 }
 
-pybind11::list built_fwd_kernels() {
-  pybind11::list kernels;
+// The (dtype, kernel head dim, causal, variant) kernels of one X-macro list (csrc/generated/) compiled
+// into this build, each once (a list holds the even-K and uneven-K forms); variant: "plain", "mods"
+// (softcap / ALiBi / windows), "dropout".
 #define FLASH_KERNEL_LIST(DT, HDIM, CAUSAL, EVEN_K, VARIANT)                                              \
   if (EVEN_K)                                                                                             \
     kernels.append(pybind11::make_tuple(std::string(#DT) == "kFloat16" ? "fp16" : "bf16", HDIM, CAUSAL, \
                                         variant_name(flash_attn_cute::Variant::VARIANT)));
-  FLASH_FWD_INSTANCES(FLASH_KERNEL_LIST)
-  return kernels;
-}
-
-// The (dtype, kernel head dim, causal, variant) backward kernels compiled into this build.
-pybind11::list built_bwd_kernels() {
-  pybind11::list kernels;
-  FLASH_BWD_INSTANCES(FLASH_KERNEL_LIST)
-  return kernels;
-}
-
-// The (dtype, kernel head dim, causal, variant) Hopper forward kernels (sm_90a) in this build.
-pybind11::list built_fwd_sm90_kernels() {
-  pybind11::list kernels;
-  FLASH_FWD_SM90_INSTANCES(FLASH_KERNEL_LIST)
-  return kernels;
-}
-
-// The (dtype, kernel head dim, causal, variant) Hopper backward kernels in this build.
-pybind11::list built_bwd_sm90_kernels() {
-  pybind11::list kernels;
-  FLASH_BWD_SM90_INSTANCES(FLASH_KERNEL_LIST)
-  return kernels;
-}
-// The (dtype, kernel head dim, causal, variant) small-tile forward and backward kernels (GPUs with
-// less shared memory a block than the default tiles take) in this build.
-pybind11::list built_fwd_small_kernels() {
-  pybind11::list kernels;
-  FLASH_FWD_SMALL_INSTANCES(FLASH_KERNEL_LIST)
-  return kernels;
-}
-pybind11::list built_bwd_small_kernels() {
-  pybind11::list kernels;
-  FLASH_BWD_SMALL_INSTANCES(FLASH_KERNEL_LIST)
-  return kernels;
-}
+#define FLASH_DEFINE_BUILT(NAME, INSTANCES) \
+  pybind11::list NAME() {                   \
+    pybind11::list kernels;                 \
+    INSTANCES(FLASH_KERNEL_LIST)            \
+    return kernels;                         \
+  }
+FLASH_DEFINE_BUILT(built_fwd_kernels, FLASH_FWD_INSTANCES)
+FLASH_DEFINE_BUILT(built_bwd_kernels, FLASH_BWD_INSTANCES)
+FLASH_DEFINE_BUILT(built_fwd_sm90_kernels, FLASH_FWD_SM90_INSTANCES)  // the Hopper forward (sm_90a)
+FLASH_DEFINE_BUILT(built_bwd_sm90_kernels, FLASH_BWD_SM90_INSTANCES)  // the Hopper backward
+// The small-tile forward and backward (GPUs with less shared memory a block than the default tiles take).
+FLASH_DEFINE_BUILT(built_fwd_small_kernels, FLASH_FWD_SMALL_INSTANCES)
+FLASH_DEFINE_BUILT(built_bwd_small_kernels, FLASH_BWD_SMALL_INSTANCES)
+#undef FLASH_DEFINE_BUILT
 #undef FLASH_KERNEL_LIST
 
 }  // namespace

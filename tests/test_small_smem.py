@@ -28,14 +28,17 @@ def _require_small(dtype, head_dim, causal, variant="plain", built=BUILT_BWD_SMA
     if (name, kernel_head_dim(head_dim), causal, variant) not in built:
         pytest.skip(f"this build has no small-tile kernel for {name} hdim {head_dim} ({variant})")
     if torch.cuda.get_device_capability()[0] >= 9 and not SMALL_SMEM_RUNS_ON_HOPPER:
-        pytest.skip("the small-tile backward is built for GPUs below sm_90 only")
+        pytest.skip("the small-tile kernels are built for GPUs below sm_90 only")
 
 
 @pytest.fixture
 def small_gpu(monkeypatch):
-    """Plays a GPU that allows a block `limit` bytes of shared memory (99 KB by default)."""
-    def play(limit=SM86_SMEM):
-        monkeypatch.setenv("FLASH_ATTN_CUTE_SMEM_LIMIT", str(limit))
+    """Skips unless the build has the small-tile kernel of (dtype, head_dim, causal, variant) in
+    `built` for this GPU, then plays a GPU that allows a block `limit` bytes of shared memory (by
+    default 99 KB up to head dim 192, sm_80's 163 KB above)."""
+    def play(dtype, head_dim, causal, variant="plain", built=BUILT_BWD_SMALL_KERNELS, limit=None):
+        _require_small(dtype, head_dim, causal, variant, built)
+        monkeypatch.setenv("FLASH_ATTN_CUTE_SMEM_LIMIT", str(limit or _limit_for(head_dim)))
     return play
 
 
@@ -62,8 +65,7 @@ SEQLENS = [(1, 239), (113, 203), (127, 513), (512, 256), (1023, 1024)]
 @pytest.mark.parametrize("head_dim", [32, 40, 64, 80, 96, 111, 128, 160, 192, 256])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_small_bwd_matches_reference(small_gpu, dtype, head_dim, causal, seqlens, heads):
-    _require_small(dtype, head_dim, causal)
-    small_gpu(_limit_for(head_dim))
+    small_gpu(dtype, head_dim, causal)
     (seqlen_q, seqlen_k), (nheads, nheads_k) = seqlens, HEADS[heads]
     torch.manual_seed(0)
     q = _randn(2, seqlen_q, nheads, head_dim, dtype=dtype)
@@ -78,8 +80,7 @@ def test_small_bwd_matches_reference(small_gpu, dtype, head_dim, causal, seqlens
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_small_bwd_deterministic_is_bitwise_repeatable(small_gpu, head_dim, causal):
     """The dQ counters follow the small tiles' row blocks (bwd_api.cpp sizes them on the same tile)."""
-    _require_small(torch.bfloat16, head_dim, causal)
-    small_gpu()
+    small_gpu(torch.bfloat16, head_dim, causal)
     torch.manual_seed(2)
     q, k, v, dout = (_randn(2, 777, 4, head_dim, dtype=torch.bfloat16) for _ in range(4))
     fn = lambda q, k, v: fac.flash_attn_func(q, k, v, causal=causal, deterministic=True)  # noqa: E731
@@ -92,8 +93,7 @@ def test_small_bwd_deterministic_is_bitwise_repeatable(small_gpu, head_dim, caus
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_small_bwd_varlen_with_empty_sequences(small_gpu, head_dim, causal):
-    _require_small(torch.bfloat16, head_dim, causal)
-    small_gpu()
+    small_gpu(torch.bfloat16, head_dim, causal)
     torch.manual_seed(3)
     seqlens_q = [0, 17, 128, 1, 300, 0, 255, 3]
     seqlens_k = [5, 0, 128, 77, 299, 0, 513, 1]
@@ -116,8 +116,7 @@ MODS = {
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", [59, 128])
 def test_small_bwd_score_mods(small_gpu, head_dim, causal, mods):
-    _require_small(torch.bfloat16, head_dim, causal, "mods")
-    small_gpu()
+    small_gpu(torch.bfloat16, head_dim, causal, "mods")
     kw = dict(MODS[mods])
     if causal and "window_size" in kw:
         kw["window_size"] = (kw["window_size"][0], 0)
@@ -138,8 +137,7 @@ def test_small_bwd_score_mods(small_gpu, head_dim, causal, mods):
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_small_bwd_dropout(small_gpu, head_dim, causal):
     """The forward's mask (returned with the probabilities) in the reference."""
-    _require_small(torch.bfloat16, head_dim, causal, "dropout")
-    small_gpu()
+    small_gpu(torch.bfloat16, head_dim, causal, "dropout")
     torch.manual_seed(5)
     q = _randn(2, 300, 4, head_dim, dtype=torch.bfloat16)
     k, v = (_randn(2, 257, 2, head_dim, dtype=torch.bfloat16) for _ in range(2))
@@ -156,7 +154,7 @@ def test_small_gpu_without_small_tiles_is_a_clear_error(small_gpu):
     """Head dim 256 on a 99 KB GPU: no tiles fit; the error names the head dim and the limit."""
     if ("bf16", 256, False, "plain") not in BUILT_BWD_KERNELS:
         pytest.skip("this build has no head dim 256 backward")
-    small_gpu(SM86_SMEM)
+    small_gpu(torch.bfloat16, 256, False, built=BUILT_FWD_SMALL_KERNELS, limit=SM86_SMEM)
     q, k, v = (_randn(1, 64, 2, 256, dtype=torch.bfloat16).requires_grad_() for _ in range(3))
     out = fac.flash_attn_func(q, k, v)
     with pytest.raises(RuntimeError, match=r"head dim 256 needs more shared memory per block than this GPU's 99 KB"):
@@ -176,8 +174,7 @@ def test_small_fwd_matches_reference(small_gpu, dtype, head_dim, seqlens, mods):
     heads: enough row blocks that the calls take the whole-row kernel, not split-KV (glue.cpp
     choose_splits), whose tiles are small anyway."""
     kw = dict(FWD_MODS[mods])
-    _require_small(dtype, head_dim, False, "plain" if not kw else "mods", BUILT_FWD_SMALL_KERNELS)
-    small_gpu()
+    small_gpu(dtype, head_dim, False, "plain" if not kw else "mods", BUILT_FWD_SMALL_KERNELS, SM86_SMEM)
     (seqlen_q, seqlen_k), (nheads, nheads_k), batch = seqlens, (16, 4), 4
     torch.manual_seed(8)
     if kw.pop("alibi", False):
@@ -191,8 +188,7 @@ def test_small_fwd_matches_reference(small_gpu, dtype, head_dim, seqlens, mods):
 
 
 def test_small_fwd_dropout(small_gpu):
-    _require_small(torch.bfloat16, 256, False, "dropout", BUILT_FWD_SMALL_KERNELS)
-    small_gpu()
+    small_gpu(torch.bfloat16, 256, False, "dropout", BUILT_FWD_SMALL_KERNELS, SM86_SMEM)
     torch.manual_seed(9)
     q = _randn(2, 300, 4, 256, dtype=torch.bfloat16)
     k, v = (_randn(2, 257, 2, 256, dtype=torch.bfloat16) for _ in range(2))
