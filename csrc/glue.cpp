@@ -94,7 +94,9 @@ void check_launch(cudaError_t err, char const* what, int device, int64_t head_di
 
 int smem_per_block_optin(int device) {
   const char* env = std::getenv("FLASH_ATTN_CUTE_SMEM_LIMIT");
-  if (env != nullptr && *env != '\0') return std::atoi(env);
+  const int limit = env != nullptr ? std::atoi(env) : 0;
+  if (limit > 0) return limit;
+  // Unset, empty or not a positive number: the device's own.
   int smem_optin = 0;
   cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   return smem_optin;
