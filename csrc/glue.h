@@ -44,8 +44,8 @@ inline constexpr int64_t kMaxSeqlen = (int64_t{1} << 31) - 1024;
 void check_launch(cudaError_t err, char const* what, int device = 0, int64_t head_dim = 0);
 
 // The shared memory `device` allows a block (its opt-in limit), or FLASH_ATTN_CUTE_SMEM_LIMIT
-// (bytes, read at every call) where set: the backward then picks its tiles as on such a GPU (the
-// tests run the small tiles of sm_86 / sm_89 on Hopper with it).
+// (bytes, read at every call) where set: the SM80 forward and backward then pick their tiles as on
+// such a GPU (the tests run the small tiles of sm_86 / sm_89 on Hopper with it).
 int smem_per_block_optin(int device);
 
 // (batch, seqlen, heads, dim), or (total, heads, dim) in varlen mode.

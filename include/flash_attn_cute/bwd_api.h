@@ -32,8 +32,8 @@ constexpr bool bwd_dq_rotate(bool deterministic, Window window, int64_t n_blocks
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream);
 
-// The same on the small tiles of GPUs with 99 KB of shared memory a block (BwdParams::small_smem),
-// built where the build targets such GPUs (csrc/features.py).
+// The same on the small tiles of GPUs with less shared memory a block than the default tiles take
+// (BwdParams::small_smem), built where the build targets such GPUs (csrc/features.py).
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd_small(BwdParams const& params, cudaStream_t stream);
 

@@ -5,9 +5,8 @@
 //   dP = dO V^T, dS = P * (dP - D)                              (D = rowsum(dO * O), preprocessed)
 //   dV += P^T dO, dK += dS^T Q,  dQaccum += dS K                (fp32 reductions: bwd_epilogue.h)
 // (with dropout, P carries the mask in its sign: see bwd_step).
-// Q and dO are double-buffered: the next row block loads during this one (in the small tiles of
-// GPUs with 99 KB of shared memory a block, single-buffered from head dim 128: it loads after this
-// one). The causal diagonal and a key block past seqlen_k run the masked step; the rest run
+// Q and dO are double-buffered: the next row block loads during this one (in the small tiles,
+// bwd_tile_shape's, single-buffered from head dim 128: it loads after this one). The causal diagonal and a key block past seqlen_k run the masked step; the rest run
 // mask-free, with the same body.
 #pragma once
 

@@ -44,7 +44,7 @@ FLASH_HOST_DEVICE FwdWsTile bwd_cta_tile(BwdParams const& params, int cta) {
   return order.tile<false>(cta);  // key block 0 first
 }
 
-// kSmallSmem: bwd_tile_shape's tiles for GPUs with 99 KB of shared memory a block.
+// kSmallSmem: bwd_tile_shape's small tiles (GPUs with less shared memory a block: bwd_small_smem).
 template <int kHeadDim_, typename Element_, bool kSmallSmem_ = false>
 struct BwdKernelTraits {
   using Element = Element_;
