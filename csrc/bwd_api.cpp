@@ -45,11 +45,15 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   BwdParams params;
   fill_params(params, p, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal);
   // GPUs that allow a block less shared memory than the default tiles take (sm_86 / sm_89, sm_80 at
-  // head dim 256) run the SM80 backward on small tiles.
+  // head dim 256) run the SM80 backward on small tiles; at head dim 256 on sm_86 / sm_89, with V in
+  // registers, but for dropout.
+  const Variant variant = kernel_variant(p, mods, causal);
   params.small_smem = bwd_small_smem(kernel_head_dim, params.smem_optin);
-  const BwdTileShape tile = bwd_tile_shape(kernel_head_dim, params.small_smem);
+  params.v_in_regs = params.small_smem && bwd_v_in_regs(kernel_head_dim, variant, params.smem_optin);
+  const BwdTileShape tile = bwd_tile_for(kernel_head_dim, variant, params.smem_optin);
   TORCH_CHECK(bwd_smem_bytes(tile, kernel_head_dim) <= params.smem_optin, "flash_attn_cute: the backward kernel for head dim ",
-              p.head_dim, " needs more shared memory per block than this GPU's ", params.smem_optin / 1024, " KB");
+              p.head_dim, variant == Variant::kDropout ? " with dropout" : "",
+              " needs more shared memory per block than this GPU's ", params.smem_optin / 1024, " KB");
   TORCH_CHECK(!params.small_smem || small_smem_runs_on(params.cc_major), "flash_attn_cute: FLASH_ATTN_CUTE_SMEM_LIMIT picks "
               "the backward's small tiles, which this build has for GPUs below sm_90 only (FLASH_ATTN_CUTE_SMALL_SMEM=1 builds "
               "them for all)");

@@ -1,6 +1,6 @@
 """The SM80 kernels on their small tiles (tile_size.h fwd_small_smem, bwd_small_smem), which GPUs that
 allow a block less shared memory than the default tiles take: the backward on sm_86 / sm_89 (99 KB) up
-to head dim 192 and on sm_80 (163 KB) at 256, the forward on sm_86 / sm_89 at head dim 256 (full,
+to head dim 192 and on sm_80 (163 KB) at 256 (on sm_86 / sm_89 with V in registers, no dropout), the forward on sm_86 / sm_89 at head dim 256 (full,
 dropout). FLASH_ATTN_CUTE_SMEM_LIMIT plays such a GPU on any other, where the build has them for it
 (on Hopper: FLASH_ATTN_CUTE_SMALL_SMEM=1). Against the float32 reference: odd head dims and sequence
 lengths, causal with seqlen_q above seqlen_k, GQA / MQA, deterministic, varlen with empty sequences, the
@@ -150,14 +150,70 @@ def test_small_bwd_dropout(small_gpu, head_dim, causal):
     _check_grads(grads, ref, (q, k, v), dout)
 
 
-def test_small_gpu_without_small_tiles_is_a_clear_error(small_gpu):
-    """Head dim 256 on a 99 KB GPU: no tiles fit; the error names the head dim and the limit."""
-    if ("bf16", 256, False, "plain") not in BUILT_BWD_KERNELS:
-        pytest.skip("this build has no head dim 256 backward")
-    small_gpu(torch.bfloat16, 256, False, built=BUILT_FWD_SMALL_KERNELS, limit=SM86_SMEM)
+def _takes_v_in_regs_kernel(names):
+    return any("flash_bwd_kernel" in n and "BwdKernelTraits<256, cutlass::" in n and "_t, true, true>" in n
+               for n in names)
+
+
+V_IN_REGS_MODS = {"plain": {}, "softcap+alibi": dict(softcap=30.0, alibi=True), "window": dict(window_size=(100, 37))}
+V_IN_REGS_SEQLENS = [(1, 239), (127, 513), (512, 256), (1023, 1024)]
+
+
+@pytest.mark.parametrize("mods", list(V_IN_REGS_MODS))
+@pytest.mark.parametrize("seqlens", V_IN_REGS_SEQLENS, ids=[f"{a}x{b}" for a, b in V_IN_REGS_SEQLENS])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [224, 256])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_v_in_regs_bwd_matches_reference(small_gpu, dtype, head_dim, causal, seqlens, mods):
+    """Head dim 256 on a 99 KB GPU (sm_86 / sm_89): the V-in-registers tile (tile_size.h
+    bwd_v_in_regs_tile_shape), whose warps hold 16 key columns of S each, V in registers, P and dS in
+    V's shared memory. GQA, score mods, seqlen_q above and below seqlen_k."""
+    kw = dict(V_IN_REGS_MODS[mods])
+    small_gpu(dtype, head_dim, causal, "mods" if kw else "plain", limit=SM86_SMEM)
+    if causal and "window_size" in kw:
+        kw["window_size"] = (kw["window_size"][0], 0)
+    (seqlen_q, seqlen_k), (nheads, nheads_k) = seqlens, HEADS["gqa"]
+    torch.manual_seed(10)
+    if kw.pop("alibi", False):
+        kw["alibi_slopes"] = torch.rand(2, nheads, device="cuda", dtype=torch.float32) * 0.3
+    q = _randn(2, seqlen_q, nheads, head_dim, dtype=dtype)
+    k, v = (_randn(2, seqlen_k, nheads_k, head_dim, dtype=dtype) for _ in range(2))
+    dout = _randn(*q.shape, dtype=dtype)
+    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, causal=causal, **kw)  # noqa: E731
+    assert _takes_v_in_regs_kernel(_kernel_names(lambda: _grads_of(fn, (q, k, v), dout)))
+    ref = lambda q, k, v, **r: attention_ref(q, k, v, causal=causal, **kw, **r)[0]  # noqa: E731
+    _check_grads(_grads_of(fn, (q, k, v), dout), ref, (q, k, v), dout)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_v_in_regs_bwd_deterministic_and_varlen(small_gpu, causal):
+    small_gpu(torch.bfloat16, 256, causal, limit=SM86_SMEM)
+    torch.manual_seed(11)
+    q, k, v, dout = (_randn(2, 333, 4, 256, dtype=torch.bfloat16) for _ in range(4))
+    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, causal=causal, deterministic=True)  # noqa: E731
+    first = _grads_of(fn, (q, k, v), dout)
+    for name, a, b in zip(("dq", "dk", "dv"), first, _grads_of(fn, (q, k, v), dout)):
+        assert torch.equal(a, b), f"{name} differs between two deterministic runs"
+    _check_grads(first, _dense_ref(causal), (q, k, v), dout)
+    seqlens_q, seqlens_k = [0, 17, 129, 1, 300], [5, 0, 128, 77, 299]
+    q, k, v, dout, cu_q, cu_k = _varlen_case(torch.bfloat16, 256, seqlens_q, seqlens_k)
+    fn = lambda q, k, v: fac.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(seqlens_q), max(seqlens_k),  # noqa: E731
+                                                    causal=causal)
+    ref = lambda q, k, v, **kw: attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal, **kw)[0]  # noqa: E731
+    _check_grads(_grads_of(fn, (q, k, v), dout), ref, (q, k, v), dout)
+
+
+def test_small_gpu_dropout_at_hdim_256_is_a_clear_error(small_gpu):
+    """Dropout at head dim 256 on a 99 KB GPU: the V-in-registers tile runs no dropout and no other
+    fits (as flash-attn 2.x); the error names the head dim, dropout and the limit. Causal: the forward's
+    default tile fits 99 KB."""
+    if ("bf16", 256, True, "dropout") not in BUILT_BWD_KERNELS:
+        pytest.skip("this build has no head dim 256 dropout backward")
+    small_gpu(torch.bfloat16, 256, True, "dropout", limit=SM86_SMEM)
     q, k, v = (_randn(1, 64, 2, 256, dtype=torch.bfloat16).requires_grad_() for _ in range(3))
-    out = fac.flash_attn_func(q, k, v)
-    with pytest.raises(RuntimeError, match=r"head dim 256 needs more shared memory per block than this GPU's 99 KB"):
+    out = fac.flash_attn_func(q, k, v, dropout_p=0.1, causal=True)
+    with pytest.raises(RuntimeError, match=r"head dim 256 with dropout needs more shared memory per block than this "
+                                           r"GPU's 99 KB"):
         out.sum().backward()
 
 

@@ -6,8 +6,10 @@
 //   dV += P^T dO, dK += dS^T Q,  dQaccum += dS K                (fp32 reductions: bwd_epilogue.h)
 // (with dropout, P carries the mask in its sign: see bwd_step).
 // Q and dO are double-buffered: the next row block loads during this one (in the small tiles,
-// bwd_tile_shape's, single-buffered from head dim 128: it loads after this one). The causal diagonal and a key block past seqlen_k run the masked step; the rest run
-// mask-free, with the same body.
+// bwd_tile_shape's, single-buffered from head dim 128: it loads after this one). With
+// Traits::kVInRegs V moves into registers at the start and P and dS take its shared memory. The
+// causal diagonal and a key block past seqlen_k run the masked step; the rest run mask-free, with
+// the same body.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -31,6 +33,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
                                               int bidh_kv) {
   constexpr bool Has_mods = kVariant != Variant::kPlain;
   constexpr bool Is_dropout = kVariant == Variant::kDropout;
+  static_assert(!(Is_dropout && Traits::kVInRegs), "dropout draws 32 key columns a warp; the V-in-registers tile has 16");
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -61,13 +64,13 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
                                             index_t(m_block) * kBlockM);
   };
 
-  // Shared memory: Q x kQSlots, dO x kQSlots, K, V, P, dS (then LSE and D, the dQ tile), and the
-  // transposed views the GEMMs read.
+  // Shared memory: Q x kQSlots, dO x kQSlots, K, V, P, dS (inside V with kVInRegs; then LSE and D,
+  // the dQ tile's hand-on), and the transposed views the GEMMs read.
   Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), typename Traits::SmemLayoutQ{});
   Tensor sdO = make_tensor(sQ.data() + kQSlots * kSlot, typename Traits::SmemLayoutQ{});        // (kBlockM, kHeadDim)
   Tensor sK = make_tensor(sdO.data() + kQSlots * kSlot, typename Traits::SmemLayoutKV{});       // (kBlockN, kHeadDim)
   Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});               // (kBlockN, kHeadDim)
-  Tensor sP = make_tensor(sV.data() + size(sV), typename Traits::SmemLayoutPdS{});              // (kBlockM, kBlockN)
+  Tensor sP = make_tensor(sV.data() + (Traits::kVInRegs ? 0 : size(sV)), typename Traits::SmemLayoutPdS{});  // (kBlockM, kBlockN)
   Tensor sdS = make_tensor(sP.data() + size(sP), typename Traits::SmemLayoutPdS{});             // (kBlockM, kBlockN)
   DqAccumulator<kBlockM, kHeadDim, Traits::kNWarps> dq_accum{reinterpret_cast<DqHandOn*>(smem + Traits::kSmemDQHandOnOffset)};
   dq_accum.init(dq_next_key_block(n_block, n_count, rotated));
@@ -219,7 +222,11 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     }
     Tensor tdPrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
     clear(tdPrdP);
-    gemm_ss(mma_sdp, tdPrdP, tdPrdO, tdPrV, in_slot(tdPsdO, slot, kSlot), tdPsV, copy_sdp_A, copy_sdp_B, tidx);
+    if constexpr (Traits::kVInRegs) {
+      gemm_sr(mma_sdp, tdPrdP, tdPrdO, tdPrV, in_slot(tdPsdO, slot, kSlot), copy_sdp_A, tidx);
+    } else {
+      gemm_ss(mma_sdp, tdPrdP, tdPrdO, tdPrV, in_slot(tdPsdO, slot, kSlot), tdPsV, copy_sdp_A, copy_sdp_B, tidx);
+    }
     Tensor tdPrdP_rc = make_tensor(tdPrdP.data(), acc_layout_rowcol(tdPrdP.layout()));  // (rows, cols)
     dscores<Is_dropout>(tdPrdP_rc, tSrS_rc, dsum);
     if constexpr (Has_mods) {
@@ -277,6 +284,12 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     const int bidh_end = bidh_begin + group;
     load_q_lse_d(bidh_begin, row_block(0), 0);
     load_do(bidh_begin, row_block(0), 0);
+    if constexpr (Traits::kVInRegs) {
+      // V into registers for the whole CTA (the first step's barrier comes before any P or dS store).
+      cp_async_wait<0>();
+      __syncthreads();
+      copy(copy_sdp_B, tdPsV, copy_sdp_B.get_thread_slice(tidx).retile_D(tdPrV));
+    }
     int slot = 0;
     for (int bidh = bidh_begin; bidh < bidh_end; ++bidh) {
       for (int i = 0; i < range.m_block_max - range.m_block_min; ++i, slot ^= kQSlots - 1) {

@@ -2,6 +2,8 @@
 // dV, dQ), shared-memory layouts with the transposed views the MMAs read, and the copies.
 #pragma once
 
+#include <type_traits>
+
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_types.h>
 
@@ -44,14 +46,17 @@ FLASH_HOST_DEVICE FwdWsTile bwd_cta_tile(BwdParams const& params, int cta) {
   return order.tile<false>(cta);  // key block 0 first
 }
 
-// kSmallSmem: bwd_tile_shape's small tiles (GPUs with less shared memory a block: bwd_small_smem).
-template <int kHeadDim_, typename Element_, bool kSmallSmem_ = false>
+// kSmallSmem: bwd_tile_shape's small tiles (GPUs with less shared memory a block: bwd_small_smem);
+// with kVInRegs, bwd_v_in_regs_tile_shape's.
+template <int kHeadDim_, typename Element_, bool kSmallSmem_ = false, bool kVInRegs_ = false>
 struct BwdKernelTraits {
   using Element = Element_;
   using ElementAccum = float;
 
   static constexpr bool kSmallSmem = kSmallSmem_;
-  static constexpr BwdTileShape kTile = bwd_tile_shape(kHeadDim_, kSmallSmem);
+  static constexpr bool kVInRegs = kVInRegs_;
+  static_assert(!kVInRegs || kSmallSmem);
+  static constexpr BwdTileShape kTile = kVInRegs ? bwd_v_in_regs_tile_shape() : bwd_tile_shape(kHeadDim_, kSmallSmem);
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
@@ -68,12 +73,14 @@ struct BwdKernelTraits {
                                 Tile<Int<16 * kWarpsM>, Int<16 * kNWarps / kWarpsM>, _16>>;
   // S and dP: each warp owns 32 whole key columns (its atoms' columns permuted together), the
   // 16 x 32 chunk of one lane that dropout draws at once (dropout.h). Warp w of the N mode holds
-  // columns [32 w, 32 w + 32) of every 32 * warps_n.
+  // columns [32 w, 32 w + 32) of every 32 * warps_n. The V-in-registers tile (no dropout) has 16
+  // columns a warp.
   static constexpr int kWarpsNSdP = kNWarps / kTile.atom_m_sdp;
-  static_assert(kBlockN % (32 * kWarpsNSdP) == 0);
-  using TiledMmaSdP = TiledMMA<MmaAtom, Layout<Shape<Int<kTile.atom_m_sdp>, Int<kWarpsNSdP>, _1>>,
-                               Tile<Int<16 * kTile.atom_m_sdp>,
-                                    Layout<Shape<_8, Int<kWarpsNSdP>, _4>, Stride<_1, _32, _8>>, _16>>;  // Q K^T, dO V^T
+  static_assert(kBlockN % ((kVInRegs ? 16 : 32) * kWarpsNSdP) == 0);
+  using TiledMmaSdP = std::conditional_t<
+      kVInRegs, WarpTiledMma<kTile.atom_m_sdp>,
+      TiledMMA<MmaAtom, Layout<Shape<Int<kTile.atom_m_sdp>, Int<kWarpsNSdP>, _1>>,
+               Tile<Int<16 * kTile.atom_m_sdp>, Layout<Shape<_8, Int<kWarpsNSdP>, _4>, Stride<_1, _32, _8>>, _16>>>;  // Q K^T, dO V^T
   using TiledMmadKV = WarpTiledMma<kTile.atom_n_dkv>;  // (kBlockN, kHeadDim) = P^T dO, dS^T Q
   using TiledMmadQ = WarpTiledMma<kTile.atom_m_dq>;    // (kBlockM, kHeadDim) = dS K
 
@@ -102,19 +109,21 @@ struct BwdKernelTraits {
   using SmemCopyAtomPdS = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
 
   // Shared memory, in this order: Q x kQSlots, dO x kQSlots (with two, the next row block loads
-  // while this one runs), K, V, P, dS, then the fp32 LSE and D of the row block x kQSlots (they load
-  // with its Q and dO) and DqAccumulator's hand-on slots (DqHandOn). The dK / dV epilogue reuses K
-  // and V.
+  // while this one runs), K, V, P, dS (with kVInRegs inside V's, once V is in registers), then the
+  // fp32 LSE and D of the row block x kQSlots (they load with its Q and dO) and DqAccumulator's
+  // hand-on slots (DqHandOn). The dK / dV epilogue reuses K and V.
   static constexpr int kSmemQElems = cosize_v<SmemLayoutQ>;
   static constexpr int kSmemKVElems = cosize_v<SmemLayoutKV>;
   static constexpr int kSmemPdSElems = cosize_v<SmemLayoutPdS>;
+  static_assert(!kVInRegs || 2 * kSmemPdSElems <= kSmemKVElems);
   static constexpr int kSmemLseDOffset =
-      (2 * kQSlots * kSmemQElems + 2 * kSmemKVElems + 2 * kSmemPdSElems) * sizeof(Element);
+      (2 * kQSlots * kSmemQElems + 2 * kSmemKVElems + (kVInRegs ? 0 : 2 * kSmemPdSElems)) * sizeof(Element);
   static constexpr int kSmemDQHandOnOffset = kSmemLseDOffset + kQSlots * 2 * kBlockM * int(sizeof(float));
   static constexpr int kSmemDQHandOnBytes = int(sizeof(DqHandOn));
   static constexpr int kSmemBytes = kSmemDQHandOnOffset + kSmemDQHandOnBytes;
   static_assert(kSmemBytes == bwd_smem_bytes(kTile, kHeadDim), "16-bit elements");
-  static_assert(kSmemBytes <= (kSmallSmem && kHeadDim <= 192 ? 99 : 227) * 1024, "tiles over the shared memory of a block");
+  static_assert(kSmemBytes <= (kSmallSmem && (kHeadDim <= 192 || kVInRegs) ? 99 : 227) * 1024,
+                "tiles over the shared memory of a block");
   static_assert(2 * kBlockM <= kNThreads, "one thread per row loads its LSE, one its D");
 
   using GmemTiledCopy = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyAsync;

@@ -31,10 +31,17 @@ cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream) {
       params, stream);
 }
 
+// The small tiles (params.small_smem); at head dim 256 without dropout also the V-in-registers one
+// (params.v_in_regs).
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd_small(BwdParams const& params, cudaStream_t stream) {
-  return launch_bwd<BwdKernelTraits<kHeadDim, typename ElementOf<kDType>::type, true>, kIsCausal, kIsEvenK, kVariant>(
-      params, stream);
+  using Element = typename ElementOf<kDType>::type;
+  if constexpr (kHeadDim == 256 && kVariant != Variant::kDropout) {
+    if (params.v_in_regs) {
+      return launch_bwd<BwdKernelTraits<kHeadDim, Element, true, true>, kIsCausal, kIsEvenK, kVariant>(params, stream);
+    }
+  }
+  return launch_bwd<BwdKernelTraits<kHeadDim, Element, true>, kIsCausal, kIsEvenK, kVariant>(params, stream);
 }
 
 }  // namespace flash_attn_cute

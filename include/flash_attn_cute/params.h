@@ -226,6 +226,8 @@ struct BwdParams : FwdParams {
   bool dq_rotate = false;
   // The SM80 backward on bwd_tile_shape's small tiles (bwd_small_smem). Never the Hopper backward.
   bool small_smem = false;
+  // Among those, bwd_v_in_regs_tile_shape's (bwd_v_in_regs: head dim 256 on sm_86 / sm_89, no dropout).
+  bool v_in_regs = false;
 
   // The epilogues' scales: dQ = ds_scale() dS K, dK = ds_scale() dS^T Q, dV = dv_scale() P^T dO
   // with the main loop's dS (the logits' gradient, which score_scale makes that of q.k) and P.

@@ -252,6 +252,10 @@ struct BwdTileShape {
   int atom_n_dkv;  // warps along N for dK, dV (the rest go along head_dim)
   int atom_m_dq;   // warps along M for dQ = dS K (the rest go along head_dim)
   int q_slots = 2;  // buffers of Q and dO: with 2 the next row block loads during this one
+  // V lives in registers (S / dP's B fragments) from the CTA's start, and P and dS take its shared
+  // memory: bwd_v_in_regs_tile_shape, which runs no dropout (its warps hold 16 key columns of S, not
+  // dropout's 32).
+  bool v_in_regs = false;
 };
 
 // Backward tiles: one 8-warp CTA per SM, all of Q, dO (double-buffered), K, V, P and dS in shared
@@ -279,12 +283,17 @@ constexpr BwdTileShape bwd_tile_shape(int kernel_head_dim, bool small_smem = fal
   return {64, 64, 8, 4, 2, 2};
 }
 
+// At head dim 256 on GPUs that allow a block less than the small tile's 144 KB (sm_86 / sm_89), as
+// flash-attn 2.x: 32 key rows, Q and dO single-buffered, V in registers (64 per thread) with P and dS
+// in its shared memory, 97 KB. Not with dropout (bwd_v_in_regs).
+constexpr BwdTileShape bwd_v_in_regs_tile_shape() { return {64, 32, 8, 4, 2, 2, 1, true}; }
+
 // Shared memory of the SM80 backward (BwdKernelTraits): Q and dO (q_slots each), K, V, P, dS (16-bit
-// elements), then the fp32 LSE and D of q_slots row blocks and DqAccumulator's hand-on slots
-// (DqHandOn: 24 bytes).
+// elements; P and dS inside V's with v_in_regs), then the fp32 LSE and D of q_slots row blocks and
+// DqAccumulator's hand-on slots (DqHandOn: 24 bytes).
 constexpr int bwd_smem_bytes(BwdTileShape tile, int kernel_head_dim) {
   return (2 * tile.q_slots * tile.block_m * kernel_head_dim + 2 * tile.block_n * kernel_head_dim +
-          2 * tile.block_m * tile.block_n) * 2 +
+          (tile.v_in_regs ? 0 : 2 * tile.block_m * tile.block_n)) * 2 +
          tile.q_slots * 2 * tile.block_m * 4 + 24;
 }
 
@@ -293,6 +302,20 @@ constexpr int bwd_smem_bytes(BwdTileShape tile, int kernel_head_dim) {
 constexpr bool bwd_small_smem(int kernel_head_dim, int smem_optin) {
   const int default_bytes = bwd_smem_bytes(bwd_tile_shape(kernel_head_dim), kernel_head_dim);
   return default_bytes > smem_optin && bwd_smem_bytes(bwd_tile_shape(kernel_head_dim, true), kernel_head_dim) < default_bytes;
+}
+
+// Whether it takes bwd_v_in_regs_tile_shape instead: head dim 256 without dropout, where even the
+// small tile does not fit.
+constexpr bool bwd_v_in_regs(int kernel_head_dim, Variant variant, int smem_optin) {
+  return kernel_head_dim == 256 && variant != Variant::kDropout &&
+         bwd_smem_bytes(bwd_tile_shape(kernel_head_dim, true), kernel_head_dim) > smem_optin;
+}
+
+// The SM80 backward's tile for a call on such a GPU (smem_optin 0: not known, the default tiles).
+constexpr BwdTileShape bwd_tile_for(int kernel_head_dim, Variant variant, int smem_optin) {
+  if (smem_optin <= 0) return bwd_tile_shape(kernel_head_dim);
+  if (bwd_v_in_regs(kernel_head_dim, variant, smem_optin)) return bwd_v_in_regs_tile_shape();
+  return bwd_tile_shape(kernel_head_dim, bwd_small_smem(kernel_head_dim, smem_optin));
 }
 
 }  // namespace flash_attn_cute

@@ -117,6 +117,21 @@ __device__ __forceinline__ void gemm_rs(TiledMma& tiled_mma, TensorAcc& acc, Ten
   }
 }
 
+// acc += A B with A in shared memory and B already in registers (the backward's V with
+// Traits::kVInRegs).
+template <class TiledMma, class TensorAcc, class TensorRA, class TensorRB, class TensorSA, class CopyA>
+__device__ __forceinline__ void gemm_sr(TiledMma& tiled_mma, TensorAcc& acc, TensorRA& tCrA, TensorRB const& tCrB,
+                                        TensorSA const& tCsA, CopyA const& copy_A, int tidx) {
+  auto thr_copy_A = copy_A.get_thread_slice(tidx);
+  Tensor tCrA_view = thr_copy_A.retile_D(tCrA);  // (CPY, CPY_M, CPY_K)
+  copy(copy_A, tCsA(_, _, _0{}), tCrA_view(_, _, _0{}));
+#pragma unroll
+  for (int k = 0; k < size<2>(tCrA); ++k) {
+    if (k + 1 < size<2>(tCrA)) copy(copy_A, tCsA(_, _, k + 1), tCrA_view(_, _, k + 1));
+    gemm(tiled_mma, tCrA(_, _, k), tCrB(_, _, k), acc);
+  }
+}
+
 // The four lanes of a quad hold the same accumulator rows; reduce across them.
 template <class Op>
 __device__ __forceinline__ float quad_allreduce(float x, Op op) {

@@ -652,21 +652,29 @@ void test_dq_order() {
 void test_bwd_tile_table() {
   constexpr int kSm86 = 99 * 1024, kSm80 = 163 * 1024, kSm90 = 227 * 1024;
   for (int d : kFwdHeadDims) {
-    for (bool small : {false, true}) {
-      const BwdTileShape t = bwd_tile_shape(d, small);
-      const std::string where = fmt("bwd hdim %d%s: tile (%d, %d, %d warps, %d Q slots)", d, small ? " small" : "",
-                                    t.block_m, t.block_n, t.n_warps, t.q_slots);
-      const long smem = (2L * t.q_slots * t.block_m * d + 2L * t.block_n * d + 2L * t.block_m * t.block_n) * 2 +
-                        t.q_slots * 8L * t.block_m + 24;
+    for (int kind : {0, 1, 2}) {  // default, small, V in registers (head dim 256 only)
+      if (kind == 2 && d != 256) continue;
+      const bool small = kind > 0;
+      const BwdTileShape t = kind == 2 ? bwd_v_in_regs_tile_shape() : bwd_tile_shape(d, small);
+      const std::string where = fmt("bwd hdim %d%s: tile (%d, %d, %d warps, %d Q slots)", d,
+                                    kind == 2 ? " V in registers" : small ? " small" : "", t.block_m, t.block_n,
+                                    t.n_warps, t.q_slots);
+      CHECK_EQ(t.v_in_regs, kind == 2, where + ": v_in_regs");
+      // With V in registers, P and dS fit in V's shared memory.
+      CHECK(!t.v_in_regs || 2 * t.block_m * t.block_n <= t.block_n * d, where + ": P and dS exceed V's tile");
+      const long p_ds = t.v_in_regs ? 0 : 2L * t.block_m * t.block_n;
+      const long smem = (2L * t.q_slots * t.block_m * d + 2L * t.block_n * d + p_ds) * 2 + t.q_slots * 8L * t.block_m + 24;
       CHECK_EQ(long(bwd_smem_bytes(t, d)), smem, where + ": bwd_smem_bytes");
-      const long limit = !small ? kSm90 : d <= 192 ? kSm86 : kSm80;
+      const long limit = !small ? kSm90 : d <= 192 || kind == 2 ? kSm86 : kSm80;
       CHECK(smem <= limit, where + fmt(": %ld bytes of shared memory > %ld", smem, limit));
       CHECK(t.q_slots == 1 || t.q_slots == 2, where + ": Q slots");
       CHECK(2 * t.block_m <= 32 * t.n_warps, where + ": one thread per row for LSE and one for D");
       CHECK(t.n_warps % t.atom_m_sdp == 0 && t.n_warps % t.atom_n_dkv == 0 && t.n_warps % t.atom_m_dq == 0,
             where + ": warp layouts do not divide n_warps");
-      CHECK(t.block_m % (16 * t.atom_m_sdp) == 0 && t.block_n % (32 * (t.n_warps / t.atom_m_sdp)) == 0,
-            where + ": S / dP tile not divisible by its warp layout (32 key columns a warp)");
+      // Dropout's warps take 32 whole key columns each; the V-in-registers tile (no dropout) 16.
+      const int warp_cols = t.v_in_regs ? 16 : 32;
+      CHECK(t.block_m % (16 * t.atom_m_sdp) == 0 && t.block_n % (warp_cols * (t.n_warps / t.atom_m_sdp)) == 0,
+            where + ": S / dP tile not divisible by its warp layout");
       CHECK(t.block_n % (16 * t.atom_n_dkv) == 0 && d % (16 * (t.n_warps / t.atom_n_dkv)) == 0,
             where + ": dK / dV tile not divisible by its warp layout");
       CHECK(t.block_m % (16 * t.atom_m_dq) == 0 && d % (16 * (t.n_warps / t.atom_m_dq)) == 0,
@@ -677,6 +685,19 @@ void test_bwd_tile_table() {
     CHECK_EQ(bwd_small_smem(d, kSm80), d == 256, where + ": small tiles on sm_80");
     CHECK(bwd_small_smem(d, kSm86), where + ": no small tiles on sm_86");
     CHECK_EQ(bwd_smem_bytes(bwd_tile_shape(d, true), d) <= kSm86, d <= 192, where + ": small tiles within sm_86's limit");
+    // bwd_tile_for: the tile a call runs on, within every GPU's limit but for dropout at 256 on sm_86.
+    for (Variant v : {Variant::kPlain, Variant::kScoreMods, Variant::kDropout}) {
+      const std::string wv = where + fmt(" variant %d", int(v));
+      const bool v_in_regs = d == 256 && v != Variant::kDropout;
+      CHECK(!bwd_v_in_regs(d, v, kSm90) && !bwd_v_in_regs(d, v, kSm80), wv + ": V in registers above sm_86's limit");
+      CHECK_EQ(bwd_v_in_regs(d, v, kSm86), v_in_regs, wv + ": bwd_v_in_regs on sm_86");
+      CHECK_EQ(bwd_tile_for(d, v, kSm90).block_n, bwd_tile_shape(d).block_n, wv + ": bwd_tile_for on Hopper");
+      CHECK_EQ(bwd_tile_for(d, v, 0).block_n, bwd_tile_shape(d).block_n, wv + ": bwd_tile_for, limit unknown");
+      CHECK_EQ(bwd_tile_for(d, v, kSm80).q_slots, bwd_tile_shape(d, d == 256).q_slots, wv + ": bwd_tile_for on sm_80");
+      CHECK_EQ(bwd_tile_for(d, v, kSm86).v_in_regs, v_in_regs, wv + ": bwd_tile_for on sm_86");
+      CHECK_EQ(bwd_smem_bytes(bwd_tile_for(d, v, kSm86), d) <= kSm86, d < 256 || v_in_regs,
+               wv + ": bwd_tile_for within sm_86's limit");
+    }
   }
 }
 
@@ -823,6 +844,7 @@ void check_dq_fragments(std::index_sequence<I...>) {
   (check_dq_fragment<BwdKernelTraits<kFwdHeadDims[I], cutlass::bfloat16_t, true>>(
        fmt("bwd hdim %d, small tiles", kFwdHeadDims[I])),
    ...);
+  check_dq_fragment<BwdKernelTraits<256, cutlass::bfloat16_t, true, true>>("bwd hdim 256, V in registers");
 }
 
 void test_dq_fragment() {
