@@ -327,7 +327,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     // the tile, above last_diagonal_block on the right. One FFMA a score there; the row's shift
     // (alibi_side_shift) moves the exponent's offset, which the running max could not follow. The
     // diagonal steps run masked, with the symmetric form.
-    constexpr bool kAlibiSides = Is_softcap && !Is_causal && kHeadDim > 64 && sm90_alibi_loop_only<kLoops>;
+    constexpr bool kAlibiSides = Is_softcap && !Is_causal && kHeadDim >= 64 && sm90_alibi_loop_only<kLoops>;
     [[maybe_unused]] const int last_diagonal_block =
         floor_div(int(m_start) + kBlockM - 1 + binfo.seqlen_k - binfo.seqlen_q, kBlockN);
     // bf16 softcap's fixed offsets (BoundedScores): from the start (fixes_offset), or the checked
