@@ -156,6 +156,7 @@ struct KeyBlockWalk {
   int n_block_min;
   int n_block_max;
   int n_block_start;
+  int n_lead = 1;  // the first steps, which run masked where fwd_walk takes kLead (diagonal_steps)
 
   FLASH_HOST_DEVICE constexpr int steps() const { return n_block_max - n_block_min; }
   FLASH_HOST_DEVICE constexpr int n_block(int step) const {
@@ -170,6 +171,15 @@ FLASH_HOST_DEVICE constexpr KeyBlockWalk fwd_key_block_walk(NBlockRange const& r
   const int top = range.n_block_max - 1;
   const int diag_block = max_int(range.n_block_min, min_int(top, floor_div(first_row + seqlen_k - seqlen_q, block_n)));
   return {range.n_block_min, range.n_block_max, peak_first ? diag_block : top};
+}
+
+// The steps of a walk from the peak (fwd_key_block_walk's, from the block of the first row's
+// diagonal) whose blocks hold the diagonal key of some row up to one whose diagonal lies in block
+// last_diagonal_block (floor_div(row + seqlen_k - seqlen_q, block_n)), at least the first step:
+// they come first. The walk's later blocks lie wholly on one side of those rows' diagonals: right
+// of them above last_diagonal_block, left of them below.
+FLASH_HOST_DEVICE constexpr int diagonal_steps(KeyBlockWalk const& walk, int last_diagonal_block) {
+  return max_int(1, min_int(last_diagonal_block, walk.n_block_max - 1) - walk.n_block_start + 1);
 }
 
 // Query row blocks that see at least one key of key block n_block (the backward's loop walks them

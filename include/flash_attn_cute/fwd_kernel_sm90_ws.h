@@ -322,6 +322,14 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     // ALiBi loop lost 62 of 1677 instructions a trip: it keeps the symmetric form there.
     constexpr bool kAlibiCausal = Is_softcap && Is_causal && kHeadDim > 64;
     const int alibi_col_ref = kAlibiCausal ? int(m_start) + binfo.seqlen_k - binfo.seqlen_q : 0;
+    // After the tanh the non-causal kernels on fixed offsets take the side form (apply_alibi_side):
+    // a block after the walk's diagonal steps lies wholly left or right of every row's diagonal in
+    // the tile, above last_diagonal_block on the right. One FFMA a score there; the row's shift
+    // (alibi_side_shift) moves the exponent's offset, which the running max could not follow. The
+    // diagonal steps run masked, with the symmetric form.
+    constexpr bool kAlibiSides = Is_softcap && !Is_causal && kHeadDim >= 64 && sm90_alibi_loop_only<kLoops>;
+    [[maybe_unused]] const int last_diagonal_block =
+        floor_div(int(m_start) + kBlockM - 1 + binfo.seqlen_k - binfo.seqlen_q, kBlockN);
     // bf16 softcap's fixed offsets (BoundedScores): from the start (fixes_offset), or the checked
     // kernels' once the running max reaches them.
     auto row_bias = [&](int mi) {
@@ -414,21 +422,36 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       }
       barriers.k.release(i);
       if (!kOverlap && !is_first) barriers.v.release(i - 1);
-      fwd_score_mods<kSoftcap, decltype(is_masked)::value, decltype(with_alibi)::value>(
-          tSrS, tScS, int(m_start), n_block * kBlockN, mask, params.softcap, alibi_slope, kAlibiCausal, alibi_col_ref);
+      constexpr bool kSide = kAlibiSides && decltype(with_alibi)::value && !kMasked && kOffset == StepOffset::kFixed;
+      [[maybe_unused]] const float side_slope = n_block > last_diagonal_block ? -alibi_slope : alibi_slope;
+      if constexpr (kSide) {
+        apply_softcap(tSrS, params.softcap);
+        apply_alibi_side(tSrS, tScS, side_slope);
+      } else {
+        fwd_score_mods<kSoftcap, decltype(is_masked)::value, decltype(with_alibi)::value>(
+            tSrS, tScS, int(m_start), n_block * kBlockN, mask, params.softcap, alibi_slope, kAlibiCausal, alibi_col_ref);
+      }
       Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
       constexpr int kFmaExp2Every = Traits::fma_exp2_every(kSoftcap);
       const float scale_log2 = params.softmax_scale_log2;
-      // O's rescale, once its P V is done (with kOverlap it ran during the exponentials).
-      auto rescale_o_after_pv = [&](auto const& rescale) __attribute__((always_inline)) {
+      // With kOverlap, P V ran during the exponentials: O is ready once it is done.
+      auto pv_done = [&] __attribute__((always_inline)) {
         if constexpr (kOverlap) {
           warpgroup_mma_done(tOrO, tOrP);
           if (!is_first) barriers.v.release(i - 1);
         }
+      };
+      auto rescale_o_after_pv = [&](auto const& rescale) __attribute__((always_inline)) {
+        pv_done();
         softmax.rescale_by(rescale, tOrO_rc);
       };
       bool fixed_offset = kOffset == StepOffset::kFixed;
-      if constexpr (kOffset == StepOffset::kChecked) {
+      if constexpr (kSide) {
+        typename decltype(softmax)::RowTensor shift;
+        alibi_side_shift(shift, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, side_slope);
+        softmax.template exponentiate_shifted<kFmaExp2Every>(tSrS_rc, scale_log2, shift);
+        pv_done();
+      } else if constexpr (kOffset == StepOffset::kChecked) {
         static_assert(kMasked);
         auto rescale = softmax.template step_offsets<true>(!pending, tSrS_rc, scale_log2);
         fixed_offset = named_barrier_all(kCheckBarrier + consumer, 128, softmax.offsets_reach(fixed_offsets, scale_log2));
@@ -461,10 +484,11 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     const bool has_keys = range.n_block_max > range.n_block_min;
     if (has_keys) {
       if (fixes_offset) softmax.fix_offset(params.softmax_scale_log2, row_bias);
-      const KeyBlockWalk walk = fwd_ws_walk<Traits, Is_causal>(params, range, tile.m_block, binfo);
+      KeyBlockWalk walk = fwd_ws_walk<Traits, Is_causal>(params, range, tile.m_block, binfo);
+      if constexpr (kAlibiSides) walk.n_lead = diagonal_steps(walk, last_diagonal_block);
       // A checked kernel's tile: its rows span this many key blocks, in which each finds its first key.
       constexpr int kCheckSteps = ceil_div(kBlockM, kBlockN) + 1;
-      fwd_walk_sm90<Has_mods, Is_softcap, Element, kLoops, kCheckSteps>(own, walk, alibi_loop, fwd_step);
+      fwd_walk_sm90<Has_mods, Is_softcap, Element, kLoops, kCheckSteps, kAlibiSides>(own, walk, alibi_loop, fwd_step);
       // The tile's Q K^T are done. With O in shared memory of its own, the producer may now load
       // a later tile's Q into the buffer.
       if constexpr (Traits::kSeparateO) barriers.q.release(q_use);

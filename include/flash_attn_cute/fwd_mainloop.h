@@ -31,11 +31,17 @@ __device__ __forceinline__ void fwd_score_mods(TensorS& tSrS, TensorC const& tSc
 // Calls step(n_block, is_masked, is_first, cases...) for range's key blocks in walk's order, from
 // its step s0 on; is_masked and the cases (passed through: with_softcap, ...) are compile-time
 // constants. The first step always runs masked (a no-op mask when its block is fully visible), so
-// only the masked step carries the Is_first softmax variant: one copy fewer of the loop body.
-template <class Step, class... Cases>
+// only the masked step carries the Is_first softmax variant: one copy fewer of the loop body. With
+// kLead, so do the walk's lead steps (n_lead), in a loop of their own: tested in the main loop, ptxas
+// computed n_lead again in every step.
+template <bool kLead = false, class Step, class... Cases>
 __device__ __forceinline__ void fwd_walk(NBlockRange const& range, KeyBlockWalk const& walk, int s0, Step&& step,
                                          Cases... cases) {
-  for (int s = s0; s < walk.steps(); ++s) {
+  int s = s0;
+  if constexpr (kLead) {
+    for (; s < walk.n_lead; ++s) step(walk.n_block(s), cute::true_type{}, s == 0, cases...);
+  }
+  for (; s < walk.steps(); ++s) {
     const int n_block = walk.n_block(s);
     if (s == 0 || range.is_masked(n_block)) {
       step(n_block, cute::true_type{}, s == 0, cases...);
@@ -143,7 +149,7 @@ __device__ __forceinline__ bool sm90_fixes_offset(bool alibi_loop) {
 // have no key yet): by then every row has seen its first keys (the tile's rows span that many key
 // blocks), and a tile whose offsets still fail stays online.
 template <bool Has_mods, bool Is_softcap, class Element, Sm90Loops kLoops = Sm90Loops::kPerTile,
-          int kCheckSteps = 0, class Step>
+          int kCheckSteps = 0, bool kLead = false, class Step>
 __device__ __forceinline__ void fwd_walk_sm90(NBlockRange const& range, KeyBlockWalk const& walk, bool alibi_loop,
                                               Step&& step) {
   static_assert(Has_mods || kLoops == Sm90Loops::kPerTile);
@@ -159,13 +165,13 @@ __device__ __forceinline__ void fwd_walk_sm90(NBlockRange const& range, KeyBlock
         fixed = step(walk.n_block(s), cute::true_type{}, s == 0, Softcap{}, with_alibi, cute::C<Offset::kChecked>{});
       }
       if (fixed) {
-        fwd_walk(range, walk, s, step, Softcap{}, with_alibi, cute::C<Offset::kFixed>{});
+        fwd_walk<kLead>(range, walk, s, step, Softcap{}, with_alibi, cute::C<Offset::kFixed>{});
       } else {
-        fwd_walk(range, walk, s, step, Softcap{}, with_alibi, cute::C<Offset::kOnline>{});
+        fwd_walk<kLead>(range, walk, s, step, Softcap{}, with_alibi, cute::C<Offset::kOnline>{});
       }
     } else {
       constexpr bool kFixed = sm90_fixed_offset_step<Is_softcap, Element, kLoops, decltype(with_alibi)::value>;
-      fwd_walk(range, walk, 0, step, Softcap{}, with_alibi, cute::C<kFixed ? Offset::kFixed : Offset::kOnline>{});
+      fwd_walk<kLead>(range, walk, 0, step, Softcap{}, with_alibi, cute::C<kFixed ? Offset::kFixed : Offset::kOnline>{});
     }
   };
   if constexpr (Has_mods && !sm90_no_bias_loop_only<kLoops>) {

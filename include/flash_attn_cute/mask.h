@@ -218,6 +218,39 @@ FLASH_HOST_DEVICE void fill_alibi(TensorS& tSrS, TensorC const& tScS, int row0, 
                             [&](int mi, int ni, float bias) { s(mi, ni) = bias; });
 }
 
+// ALiBi's side form, for a tile wholly left or wholly right of the diagonals of all its rows (a
+// walk's blocks after its diagonal_steps, block_info.h): the symmetric form there is
+// side_slope * (col - diag(row)), side_slope being slope_scaled on the left and -slope_scaled on
+// the right, diag(row) = row + seqlen_k - seqlen_q. apply_alibi_side adds side_slope times each
+// column's offset from the thread's first column col_first, one FFMA a score with a compile-time
+// offset; alibi_side_shift gives the rest of each row's bias, side_slope * (col_first - diag(row)),
+// which the caller takes out of the exponents' offsets (Softmax::exponentiate_shifted). The column
+// offsets stay within the tile, so the scores keep their size; the shift, whatever its size, is
+// exact up to its product's rounding.
+template <class TensorS, class TensorC>
+FLASH_HOST_DEVICE void apply_alibi_side(TensorS& tSrS, TensorC const& tScS, float side_slope) {
+  cute::Tensor s = cute::make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
+  cute::Tensor c = cute::make_tensor(tScS.data(), acc_layout_rowcol(tScS.layout()));  // (rows, cols) -> (m, n)
+#pragma unroll
+  for (int ni = 1; ni < cute::size<1>(s); ++ni) {  // column 0's offset is 0
+    const float col_offset = float(cute::get<1>(c(0, ni)) - cute::get<1>(c(0, 0)));
+#pragma unroll
+    for (int mi = 0; mi < cute::size<0>(s); ++mi) s(mi, ni) = fmaf(side_slope, col_offset, s(mi, ni));
+  }
+}
+
+template <class TensorRow, class TensorC>
+FLASH_HOST_DEVICE void alibi_side_shift(TensorRow& shift, TensorC const& tScS, int row0, int col0, int seqlen_q,
+                                        int seqlen_k, float side_slope) {
+  cute::Tensor c = cute::make_tensor(tScS.data(), acc_layout_rowcol(tScS.layout()));  // (rows, cols) -> (m, n)
+  const int col_first = col0 + cute::get<1>(c(0, 0));
+#pragma unroll
+  for (int mi = 0; mi < cute::size<0>(c); ++mi) {
+    const int diag = row0 + cute::get<0>(c(mi, 0)) + seqlen_k - seqlen_q;
+    shift(mi) = side_slope * float(col_first - diag);
+  }
+}
+
 // lse: one natural-log LSE per row of the (rows, cols) view of tScS, computed with the symmetric
 // ALiBi form; slope: the unscaled slope. Shifts it to the causal form's LSE (flash-attn's), or
 // with a negative slope back; col_ref: the causal form's first column (apply_alibi).

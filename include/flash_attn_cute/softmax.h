@@ -239,9 +239,25 @@ struct Softmax {
   // P = exp2(S * scale_log2 - offset) in place, added into the row sums.
   template <bool Check_inf, int kFmaExp2Every, class TensorS>
   __device__ __forceinline__ void exponentiate(TensorS& tSrS_rc, float scale_log2) {
+    exponentiate_on<Check_inf, kFmaExp2Every>(tSrS_rc, scale_log2,
+                                              [&](int mi) { return scaled_max<Check_inf>(mi, scale_log2); });
+  }
+
+  // exponentiate on the fixed offsets for scores that lack shift(mi) of their value, a constant a
+  // row (alibi_side_shift): P = exp2((S + shift) * scale_log2 - offset), with the offsets moved
+  // down by the shift for this tile alone.
+  template <int kFmaExp2Every, class TensorS>
+  __device__ __forceinline__ void exponentiate_shifted(TensorS& tSrS_rc, float scale_log2, RowTensor const& shift) {
+    exponentiate_on<false, kFmaExp2Every>(tSrS_rc, scale_log2,
+                                          [&](int mi) { return (row_max(mi) - shift(mi)) * scale_log2; });
+  }
+
+  // exponentiate with the offsets max_scaled(mi) (in the exponent's units).
+  template <bool Check_inf, int kFmaExp2Every, class TensorS, class MaxScaled>
+  __device__ __forceinline__ void exponentiate_on(TensorS& tSrS_rc, float scale_log2, MaxScaled&& max_scaled_of) {
 #pragma unroll
     for (int mi = 0; mi < kNRows; ++mi) {
-      const float max_scaled = scaled_max<Check_inf>(mi, scale_log2);
+      const float max_scaled = max_scaled_of(mi);
       float sum = 0.f;
 #pragma unroll
       for (int ni = 0; ni < size<1>(tSrS_rc); ++ni) {

@@ -1522,6 +1522,45 @@ double max_alibi_apply_error() {
   return worst;
 }
 
+// apply_alibi_side and alibi_side_shift (ALiBi's side form) against alibi_bias on every thread's
+// fragment of the forward S tile, in tiles wholly left or right of every row's diagonal: the
+// score plus its row's shift is the score plus the symmetric bias. Returns the largest error in
+// units of its bound, 2^-22 * (|value| + slope * (|d| + kN)) (d: the row's first distance, which
+// the shift's product rounds), and counts the tiles checked in `tiles`.
+template <class TiledMma, int kM, int kN>
+double max_alibi_side_error(long& tiles) {
+  double worst = 0;
+  const int shapes[][2] = {{128, 128}, {100, 300}, {300, 100}, {1, 700}, {16384, 16384}};
+  const int origins[][2] = {{0, 0}, {128, 64}, {64, 256}, {16256, 16320}, {8192, 128}, {128, 8192}, {0, 512}};
+  const float slope = 0.0625f / 0.088f;  // slope / softmax_scale
+  for (auto const& sqk : shapes) {
+    for (auto const& rc : origins) {
+      const int diag_first = rc[0] + sqk[1] - sqk[0], diag_last = diag_first + kM - 1;
+      const bool right = rc[1] >= diag_last, left = rc[1] + kN - 1 <= diag_first;
+      if (!right && !left) continue;
+      ++tiles;
+      const float side_slope = right ? -slope : slope;
+      for_each_thread_fragment<TiledMma, kM, kN>(0.5f, [&](auto& tSrS, auto const& tScS) {
+        apply_alibi_side(tSrS, tScS, side_slope);
+        Tensor s = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
+        Tensor c = make_tensor(tScS.data(), acc_layout_rowcol(tScS.layout()));  // (rows, cols) -> (m, n)
+        Tensor shift = make_tensor<float>(Shape<Int<decltype(size<0>(s))::value>>{});
+        alibi_side_shift(shift, tScS, rc[0], rc[1], sqk[0], sqk[1], side_slope);
+        for (int mi = 0; mi < int(size<0>(s)); ++mi) {
+          const int row = rc[0] + get<0>(c(mi, 0));
+          const double d_first = double(row + sqk[1] - sqk[0] - rc[1] - get<1>(c(0, 0)));
+          for (int ni = 0; ni < int(size<1>(s)); ++ni) {
+            const double bias = double(slope) * alibi_bias(row, rc[1] + get<1>(c(mi, ni)), sqk[0], sqk[1], false);
+            const double bound = std::ldexp(std::abs(0.5 + bias) + double(slope) * (std::abs(d_first) + kN), -22);
+            worst = std::max(worst, std::abs(double(s(mi, ni)) + double(shift(mi)) - 0.5 - bias) / bound);
+          }
+        }
+      });
+    }
+  }
+  return worst;
+}
+
 // The forward adds the symmetric form and shifts the LSE by alibi_causal_shift: on every key a
 // causal row sees, the causal form must exceed the symmetric one by exactly that shift.
 long count_alibi_shift_errors() {
@@ -1546,6 +1585,11 @@ void test_alibi_apply() {
   const double bwd_err = max_alibi_apply_error<typename Bwd::TiledMmaSdP, Bwd::kBlockM, Bwd::kBlockN>();
   CHECK(fwd_err <= 1, fmt("forward tile (hdim 128): apply_alibi off alibi_bias by %g of its bound", fwd_err));
   CHECK(bwd_err <= 1, fmt("backward S tile (hdim 128): apply_alibi off alibi_bias by %g of its bound", bwd_err));
+  long side_tiles = 0;
+  const double side_err = max_alibi_side_error<typename Fwd::TiledMma, Fwd::kBlockM, Fwd::kBlockN>(side_tiles);
+  CHECK(side_tiles >= 10, fmt("the side form's check saw %ld one-sided tiles", side_tiles));
+  CHECK(side_err <= 1, fmt("forward tile (hdim 128): the side form plus its shift off alibi_bias by %g of its bound",
+                           side_err));
 }
 
 // AlibiBiasAt (the Hopper backward's S^T = K Q^T tile, keys along M) against alibi_bias on every
@@ -1618,6 +1662,46 @@ void test_key_block_walk() {
   bad += fwd_key_block_walk(range, true, 0, 128, 1000, 100).n_block_start != 2;         // diagonal before the range
   bad += fwd_key_block_walk(range, true, 900, 128, 1000, 5000).n_block_start != 8;      // and past it
   CHECK_EQ(bad, 0L, "KeyBlockWalk visits the range from its start up, then down");
+}
+
+// ALiBi's side form in the warp-specialized forward (fwd_kernel_sm90_ws.h): on a walk from the
+// peak, the steps after diagonal_steps that the range does not mask lie wholly right of the
+// diagonals of every row of the tile (its kBlockM rows) when above the last row's diagonal block,
+// else wholly left of them; and the lead steps are within the walk.
+void test_diagonal_steps() {
+  long n_cases = 0, bad = 0;
+  for (const auto& [block_m, block_n] : std::vector<std::pair<int, int>>{{192, 64}, {128, 128}, {128, 96}, {128, 64}}) {
+    const std::vector<int> values = seqlen_values(block_m, block_n);
+    for (Window w : kWindows) {
+      for (int sq : values) {
+        for (int sk : values) {
+          for (int m_block = 0; m_block * block_m < sq; ++m_block, ++n_cases) {
+            const int first_row = m_block * block_m, last_row = first_row + block_m - 1;
+            const NBlockRange range = fwd_n_block_range(m_block, block_m, block_n, sq, sk, w);
+            KeyBlockWalk walk = fwd_key_block_walk(range, true, first_row, block_n, sq, sk);
+            if (walk.steps() == 0) continue;
+            const int last_diagonal_block = floor_div(last_row + sk - sq, block_n);
+            walk.n_lead = diagonal_steps(walk, last_diagonal_block);
+            bool ok = walk.n_lead >= 1 && walk.n_lead <= walk.steps();
+            for (int s = walk.n_lead; s < walk.steps() && ok; ++s) {
+              const int n = walk.n_block(s);
+              if (range.is_masked(n)) continue;
+              const int col_first = n * block_n, col_last = std::min(sk, (n + 1) * block_n) - 1;
+              ok = n > last_diagonal_block ? col_first >= last_row + sk - sq : col_last <= first_row + sk - sq;
+            }
+            if (!ok) {
+              ++bad;
+              CHECK(false, fmt("diagonal_steps (block %dx%d, seqlen_q %d, seqlen_k %d, m_block %d, ", block_m, block_n,
+                               sq, sk, m_block) + window_str(w) + "): a step after them straddles a diagonal");
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("  diagonal_steps: %ld tiles, %ld failing\n", n_cases, bad);
+  CHECK(n_cases > 1000, "diagonal_steps saw too few tiles");
+  CHECK_EQ(bad, 0L, "the side form's steps lie on one side of every diagonal of the tile");
 }
 
 // The warp-specialized forward's consumers (fwd_kernel_sm90_ws.h) on the tile's top-down walk: each
@@ -1808,6 +1892,7 @@ const Case kCases[] = {
     {"n_block_range", test_n_block_range},
     {"key_block_walk", test_key_block_walk},
     {"consumer_walk", test_consumer_walk},
+    {"diagonal_steps", test_diagonal_steps},
     {"m_block_range", test_m_block_range},
     {"bwd_tile_table", test_bwd_tile_table},
     {"dq_accum_offset", test_dq_accum_offset},
