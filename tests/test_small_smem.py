@@ -48,7 +48,7 @@ def _limit_for(head_dim):
 
 def _takes_small_kernel(names, head_dim):
     tag = f"BwdKernelTraits<{kernel_head_dim(head_dim)}, cutlass::"
-    return any("flash_bwd_kernel" in n and tag in n and "_t, true>" in n for n in names)
+    return any("flash_bwd_kernel" in n and tag in n and "_t, true, false>" in n for n in names)
 
 
 def _takes_small_forward(names, head_dim):
