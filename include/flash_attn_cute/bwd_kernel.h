@@ -223,7 +223,7 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
     Tensor tdPrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
     clear(tdPrdP);
     if constexpr (Traits::kVInRegs) {
-      gemm_sr(mma_sdp, tdPrdP, tdPrdO, tdPrV, in_slot(tdPsdO, slot, kSlot), copy_sdp_A, tidx);
+      gemm_loading(mma_sdp, tdPrdP, tdPrdO, tdPrV, tdPrdO, in_slot(tdPsdO, slot, kSlot), copy_sdp_A, tidx);
     } else {
       gemm_ss(mma_sdp, tdPrdP, tdPrdO, tdPrV, in_slot(tdPsdO, slot, kSlot), tdPsV, copy_sdp_A, copy_sdp_B, tidx);
     }

@@ -181,7 +181,7 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
     Tensor rP = convert_type<Element>(tSrS);
     if constexpr (Is_dropout) zero_dropped(rP, dropout_rng, tScS, bh, int(m_start), n_block * kBlockN);
     Tensor tOrP = make_tensor(rP.data(), acc_layout_as_A(rP.layout()));  // (MMA, MMA_M, MMA_K)
-    gemm_rs(tiled_mma, tOrO, tOrP, tOrVt, tOsVt, smem_tiled_copy_V, tidx);
+    gemm_loading(tiled_mma, tOrO, tOrP, tOrVt, tOrVt, tOsVt, smem_tiled_copy_V, tidx);
   };
 
   if (range.n_block_max > range.n_block_min) {

@@ -103,31 +103,18 @@ __device__ __forceinline__ void gemm_ss(TiledMma& tiled_mma, TensorAcc& acc, Ten
   }
 }
 
-// acc += A B with A already in registers (P) and B in shared memory (V).
-template <class TiledMma, class TensorAcc, class TensorRA, class TensorRB, class TensorSB, class CopyB>
-__device__ __forceinline__ void gemm_rs(TiledMma& tiled_mma, TensorAcc& acc, TensorRA const& tCrA,
-                                        TensorRB& tCrB, TensorSB const& tCsB, CopyB const& copy_B, int tidx) {
-  auto thr_copy_B = copy_B.get_thread_slice(tidx);
-  Tensor tCrB_view = thr_copy_B.retile_D(tCrB);  // (CPY, CPY_N, CPY_K)
-  copy(copy_B, tCsB(_, _, _0{}), tCrB_view(_, _, _0{}));
+// acc += A B with one operand already in registers and the other, `loaded` (tCrA or tCrB itself),
+// loaded from shared memory (tCs) by copy_op: slab k + 1 while the MMAs of slab k run. The SM80
+// forward's P V (P in registers), the backward's dO V^T with V in registers (Traits::kVInRegs).
+template <class TiledMma, class TensorAcc, class TensorRA, class TensorRB, class TensorR, class TensorS, class Copy>
+__device__ __forceinline__ void gemm_loading(TiledMma& tiled_mma, TensorAcc& acc, TensorRA const& tCrA,
+                                             TensorRB const& tCrB, TensorR& loaded, TensorS const& tCs,
+                                             Copy const& copy_op, int tidx) {
+  Tensor loaded_view = copy_op.get_thread_slice(tidx).retile_D(loaded);  // (CPY, CPY_MN, CPY_K)
+  copy(copy_op, tCs(_, _, _0{}), loaded_view(_, _, _0{}));
 #pragma unroll
   for (int k = 0; k < size<2>(tCrA); ++k) {
-    if (k + 1 < size<2>(tCrA)) copy(copy_B, tCsB(_, _, k + 1), tCrB_view(_, _, k + 1));
-    gemm(tiled_mma, tCrA(_, _, k), tCrB(_, _, k), acc);
-  }
-}
-
-// acc += A B with A in shared memory and B already in registers (the backward's V with
-// Traits::kVInRegs).
-template <class TiledMma, class TensorAcc, class TensorRA, class TensorRB, class TensorSA, class CopyA>
-__device__ __forceinline__ void gemm_sr(TiledMma& tiled_mma, TensorAcc& acc, TensorRA& tCrA, TensorRB const& tCrB,
-                                        TensorSA const& tCsA, CopyA const& copy_A, int tidx) {
-  auto thr_copy_A = copy_A.get_thread_slice(tidx);
-  Tensor tCrA_view = thr_copy_A.retile_D(tCrA);  // (CPY, CPY_M, CPY_K)
-  copy(copy_A, tCsA(_, _, _0{}), tCrA_view(_, _, _0{}));
-#pragma unroll
-  for (int k = 0; k < size<2>(tCrA); ++k) {
-    if (k + 1 < size<2>(tCrA)) copy(copy_A, tCsA(_, _, k + 1), tCrA_view(_, _, k + 1));
+    if (k + 1 < size<2>(tCrA)) copy(copy_op, tCs(_, _, k + 1), loaded_view(_, _, k + 1));
     gemm(tiled_mma, tCrA(_, _, k), tCrB(_, _, k), acc);
   }
 }
