@@ -67,8 +67,9 @@ KINDS = {
 BWD_SM90_HEAD_DIMS = (64, 128)
 # The SM80 kernels' small tiles, for GPUs that allow a block less shared memory than the default
 # tiles take (tile_size.h fwd_small_smem, bwd_small_smem): the backward's at every head dim (sm_86 /
-# sm_89 up to 192, sm_80 at 256), the forward's where its tiles exceed sm_86 / sm_89's 99 KB, at
-# (kernel head dim, causal) FWD_SMALL (tests/cpp checks it).
+# sm_89; at 256 sm_80's, and in the same files, without dropout, the V-in-registers one of sm_86 /
+# sm_89), the forward's where its tiles exceed sm_86 / sm_89's 99 KB, at (kernel head dim, causal)
+# FWD_SMALL (tests/cpp checks it).
 # FLASH_ATTN_CUTE_SMALL_SMEM: "auto" (default) builds them where an arch below 90 is built, for
 # those archs only (their sm_90 code traps: Hopper never picks them); "1" builds them for every
 # arch, so that the tests can run them on Hopper (FLASH_ATTN_CUTE_SMEM_LIMIT); "0" leaves them out.

@@ -263,7 +263,7 @@ struct BwdTileShape {
 // small_smem: the tiles of GPUs that allow a block less shared memory than these take (114-209 KB),
 // as bwd_small_smem picks them: up to head dim 192 within the 99 KB of sm_86 / sm_89 (head dim 96
 // and up on 64 key rows, from 128 with Q and dO single-buffered, at 192 four warps on 32 key rows);
-// at 256 within sm_80's 163 KB (Q and dO single-buffered), more than sm_86 / sm_89 allow.
+// at 256 within sm_80's 163 KB (Q and dO single-buffered; sm_86 / sm_89 take bwd_v_in_regs_tile_shape).
 constexpr BwdTileShape bwd_tile_shape(int kernel_head_dim, bool small_smem = false) {
   if (small_smem) {
     if (kernel_head_dim <= 64) return {64, 128, 8, 2, 4, 4};     // 96 KB at 64
