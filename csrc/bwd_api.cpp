@@ -48,9 +48,9 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   // head dim 256) run the SM80 backward on small tiles; at head dim 256 on sm_86 / sm_89, with V in
   // registers, but for dropout.
   const Variant variant = kernel_variant(p, mods, causal);
-  params.small_smem = bwd_small_smem(kernel_head_dim, params.smem_optin);
-  params.v_in_regs = params.small_smem && bwd_v_in_regs(kernel_head_dim, variant, params.smem_optin);
   const BwdTileShape tile = bwd_tile_for(kernel_head_dim, variant, params.smem_optin);
+  params.small_smem = bwd_small_smem(kernel_head_dim, params.smem_optin);
+  params.v_in_regs = tile.v_in_regs;
   TORCH_CHECK(bwd_smem_bytes(tile, kernel_head_dim) <= params.smem_optin, "flash_attn_cute: the backward kernel for head dim ",
               p.head_dim, variant == Variant::kDropout ? " with dropout" : "",
               " needs more shared memory per block than this GPU's ", params.smem_optin / 1024, " KB");
