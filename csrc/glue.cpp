@@ -359,6 +359,10 @@ void set_score_mods(FwdParams& params, Problem const& p, ScoreMods const& mods, 
     params.softmax_scale = float(mods.softcap);
     params.softmax_scale_log2 = float(mods.softcap * M_LOG2E);
   }
+  // As validation.py checks: an infinite (or NaN) factor would make every score NaN.
+  TORCH_CHECK(std::isfinite(params.softmax_scale_log2) && std::isfinite(params.softcap),
+              "flash_attn_cute: softmax_scale, softcap and softmax_scale / softcap times log2(e) must be finite in "
+              "float32");
   if (mods.alibi_slopes) {
     at::Tensor const& slopes = *mods.alibi_slopes;
     TORCH_CHECK(slopes.scalar_type() == at::kFloat && slopes.device() == q.device() && slopes.stride(-1) == 1,

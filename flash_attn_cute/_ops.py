@@ -141,9 +141,9 @@ def _check_seqlens(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     return q.size(1), k.size(1)
 
 
-def _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes):
+def _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes, softmax_scale):
     batch = q.size(0) if cu_seqlens_q is None else cu_seqlens_q.size(0) - 1
-    return V.check_score_mods(window_size, softcap, alibi_slopes, batch, q.size(-2), q.device)
+    return V.check_score_mods(window_size, softcap, alibi_slopes, batch, q.size(-2), q.device, softmax_scale)
 
 
 def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, cu_seqlens_k=None,
@@ -171,14 +171,15 @@ def fwd(q, k, v, out=None, softmax_scale=None, causal=False, cu_seqlens_q=None, 
     """
     max_seqlen_q, max_seqlen_k, window = check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                    causal, window_size, softcap, alibi_slopes, seqused_k, dropout_p,
-                                                   block_table, out=out, out_residual=out_residual, leftpad_k=leftpad_k)
+                                                   block_table, out=out, out_residual=out_residual, leftpad_k=leftpad_k,
+                                                   softmax_scale=softmax_scale)
     return run_fwd(q, k, v, out, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window,
                    softcap, alibi_slopes, seqused_k, dropout_p, block_table, out_residual, leftpad_k)
 
 
 def check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_size, softcap,
               alibi_slopes, seqused_k, dropout_p, block_table=None, out=None, out_residual=None, pads=False,
-              leftpad_k=None):
+              leftpad_k=None, softmax_scale=None):
     """fwd's checks of its arguments; returns (max_seqlen_q, max_seqlen_k, window) as the kernels
     take them. pads: q, k, v are a flash_attn_* function's, which pads a head dim that is not a
     multiple of 8 and copies a layout the kernels cannot take (kernel_input) before calling run_fwd,
@@ -194,7 +195,7 @@ def check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, c
     if not pads:
         _check_aligned_head_dim(q, "fwd")
     V.check_like("q", q, out=out, out_residual=out_residual)
-    window = _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes)
+    window = _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes, softmax_scale)
     V.check_seqused_k(seqused_k, cu_seqlens_k)
     V.check_dropout(dropout_p)
     V.check_leftpad_k(leftpad_k, cu_seqlens_k, block_table, dropout_p)
@@ -243,7 +244,7 @@ def bwd(dout, q, k, v, out, softmax_lse, dq=None, dk=None, dv=None, softmax_scal
     V.check_like("q", q, dout=dout, out=out, dq=dq, out_residual=out_residual)
     V.check_like("k", k, dk=dk, dv=dv)
     V.check_lse(softmax_lse, q, varlen)
-    window = _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes)
+    window = _check_score_mods(q, cu_seqlens_q, window_size, softcap, alibi_slopes, softmax_scale)
     V.check_seqused_k(seqused_k, cu_seqlens_k)
     V.check_dropout(dropout_p, rng_state, q.device)
     tensors = dict(q=q, k=k, v=v, out=out, dout=dout, dq=dq, dk=dk, dv=dv, out_residual=out_residual)

@@ -168,7 +168,7 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
                                 block_table, seqused_k)
     max_seqlen_q, max_seqlen_k, window = check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                    causal, window_size, softcap, alibi_slopes, seqused_k, dropout_p,
-                                                   pads=True)
+                                                   pads=True, softmax_scale=softmax_scale)
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.size(-1))  # the caller's head dim, not the padded one
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
@@ -242,7 +242,7 @@ def _paged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     """flash_attn_varlen_func over a paged K / V: forward only, like flash-attn 2.x."""
     max_seqlen_q, max_seqlen_k, window = check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                    causal, window_size, softcap, alibi_slopes, seqused_k, dropout_p,
-                                                   block_table, pads=True)
+                                                   block_table, pads=True, softmax_scale=softmax_scale)
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.size(-1))  # the caller's head dim, not the padded one
     args = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window, softcap,
@@ -360,7 +360,7 @@ def _low_level_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
     q, k, v = (kernel_input(x) if isinstance(x, torch.Tensor) else x for x in (q, k, v))
     max_seqlen_q, max_seqlen_k, window = check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                    causal, window_size, softcap, alibi_slopes, seqused_k, dropout_p,
-                                                   block_table, leftpad_k=leftpad_k)
+                                                   block_table, leftpad_k=leftpad_k, softmax_scale=softmax_scale)
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.size(-1))
     out, lse, *rng_state = run_fwd(q, k, v, None, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,

@@ -129,7 +129,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     return_softmax_lse. A head dim that is not a multiple of 8 runs on padded copies (of the caches
     too, written back after an append), as in flash-attn 2.x: correct, but it copies the caches."""
     if q.dim() == 4:
-        window_size = V.check_score_mods(window_size, softcap, alibi_slopes, q.size(0), q.size(2), q.device)
+        window_size = V.check_score_mods(window_size, softcap, alibi_slopes, q.size(0), q.size(2), q.device,
+                                         softmax_scale)
     capacity = check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                              cache_leftpad, block_table, num_splits)
     _ops._require_kernel(q.dtype, q.size(-1), causal, window_size, softcap, alibi_slopes, capacity)

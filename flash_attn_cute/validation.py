@@ -12,6 +12,9 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 ALIGN_ELEMENTS = 8  # 16 bytes of fp16 / bf16: the kernels move 16-byte vectors
 MAX_GRID_YZ = 65535  # batch and nheads index grid.y / grid.z
 MAX_SEQLEN = 2 ** 31 - 1024  # the kernels count a sequence's rows in int, rounded up to whole blocks
+# The kernels take softmax_scale, softcap and softmax_scale / softcap times log2(e) in float32: past
+# this, one is infinite and every score NaN.
+SCALE_LIMIT = float(torch.finfo(torch.float32).max) / 1.4426950408889634
 
 
 class FlashAttnInputError(ValueError, RuntimeError):
@@ -322,18 +325,35 @@ def check_int32_vector(name, t, batch):
         _fail(f"{name} must be an int32 tensor of shape ({batch},), got {t.dtype} {tuple(t.shape)}")
 
 
-def check_score_mods(window_size, softcap, alibi_slopes, batch, nheads, device):
+def _check_softmax_scale(softmax_scale, softcap):
+    if softmax_scale is not None:
+        try:  # a float, an int, a SymFloat under torch.compile or a one-element tensor
+            finite = not isinstance(softmax_scale, (bool, str)) and bool(-SCALE_LIMIT <= softmax_scale <= SCALE_LIMIT)
+        except (TypeError, RuntimeError):
+            finite = False
+        if not finite:
+            _fail(f"softmax_scale must be a finite number of magnitude at most {SCALE_LIMIT:.4g}, "
+                  f"got {softmax_scale!r}")
+    scale = 1.0 if softmax_scale is None else softmax_scale  # the default, 1 / sqrt(head_dim), is at most 1
+    if softcap > 0 and not -SCALE_LIMIT * softcap <= scale <= SCALE_LIMIT * softcap:
+        _fail(f"softmax_scale / softcap must be at most {SCALE_LIMIT:.4g} in magnitude, got softmax_scale "
+              f"{'None (at most 1)' if softmax_scale is None else repr(softmax_scale)} and softcap {softcap!r}")
+
+
+def check_score_mods(window_size, softcap, alibi_slopes, batch, nheads, device, softmax_scale=None):
     """window_size (left, right), a negative side unbounded (as in flash-attn 2.x); softcap >= 0;
-    alibi_slopes fp32 (nheads,) or (batch, nheads) on q's device. Returns window_size as a tuple of
-    two ints, -1 for an unbounded side."""
+    alibi_slopes fp32 (nheads,) or (batch, nheads) on q's device; softmax_scale (None: the default
+    1 / sqrt(head_dim), at most 1) a finite number. Returns window_size as a tuple of two ints, -1
+    for an unbounded side."""
     try:
         left, right = (max(int(x), -1) for x in window_size)
     except (TypeError, ValueError):
         _fail(f"window_size must be a pair of ints (left, right), got {window_size!r}")
     # Under torch.compile a float saved for the backward arrives as a SymFloat.
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float, torch.SymInt, torch.SymFloat)) \
-            or not softcap >= 0:
-        _fail(f"softcap must be a number >= 0 (0: off), got {softcap!r}")
+            or not 0 <= softcap <= SCALE_LIMIT:
+        _fail(f"softcap must be a number >= 0 (0: off) and at most {SCALE_LIMIT:.4g}, got {softcap!r}")
+    _check_softmax_scale(softmax_scale, softcap)
     if alibi_slopes is not None:
         _check_tensor("alibi_slopes", alibi_slopes)
         if alibi_slopes.dtype != torch.float32 or tuple(alibi_slopes.shape) not in ((nheads,), (batch, nheads)):

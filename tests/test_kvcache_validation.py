@@ -104,6 +104,9 @@ def test_bad_input(fn, msg):
 
 
 @pytest.mark.parametrize("changes, msg", [(dict(softcap=-5.0), r"softcap must be a number >= 0"),
+                                          (dict(softcap=float("inf")), r"softcap must be a number >= 0"),
+                                          (dict(softmax_scale=float("nan")), r"softmax_scale must be a finite"),
+                                          (dict(softmax_scale=1e30, softcap=1e-10), r"softmax_scale / softcap"),
                                           (dict(alibi_slopes=t(H + 1, dtype=torch.float32)), r"alibi_slopes must be")])
 def test_bad_score_mods(changes, msg):
     raises(msg, call(**changes))

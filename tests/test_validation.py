@@ -421,6 +421,18 @@ SCORE_MODS = {  # bad window / softcap / ALiBi arguments (2 sequences, or 3 in v
     "alibi_shape": (dict(alibi_slopes=torch.zeros(H + 1, dtype=F32)), r"alibi_slopes must be float32 of shape"),
     "alibi_batch_shape": (dict(alibi_slopes=torch.zeros(5, H, dtype=F32)), r"alibi_slopes must be float32"),
     "alibi_strided": (dict(alibi_slopes=torch.zeros(2 * H, dtype=F32)[::2]), r"contiguous last dimension"),
+    # The kernels take softmax_scale, softcap and their quotient times log2(e) in float32: an
+    # infinite one there would make every output NaN.
+    "softcap_inf": (dict(softcap=float("inf")), r"softcap must be a number >= 0 \(0: off\) and at most 2.359e\+38"),
+    "softcap_nan": (dict(softcap=float("nan")), r"softcap must be a number >= 0"),
+    "softcap_past_float32": (dict(softcap=3e38), r"softcap must be a number >= 0 .* got 3e\+38"),
+    "scale_nan": (dict(softmax_scale=float("nan")), r"softmax_scale must be a finite number .* got nan"),
+    "scale_minus_inf": (dict(softmax_scale=float("-inf")), r"softmax_scale must be a finite number .* got -inf"),
+    "scale_past_float32": (dict(softmax_scale=1e39), r"softmax_scale must be a finite number"),
+    "scale_str": (dict(softmax_scale="0.1"), r"softmax_scale must be a finite number"),
+    "scale_two_values": (dict(softmax_scale=torch.ones(2)), r"softmax_scale must be a finite number"),
+    "scale_over_softcap": (dict(softmax_scale=1e30, softcap=1e-10), r"softmax_scale / softcap must be at most"),
+    "default_scale_over_softcap": (dict(softcap=1e-39), r"softmax_scale / softcap .* None \(at most 1\)"),
 }
 
 
@@ -454,6 +466,15 @@ def test_bad_leftpad_k():
 def test_bad_score_mods(fn, case):
     kw, msg = SCORE_MODS[case]
     raises(msg, lambda: CALLS[fn](**kw))
+
+
+@pytest.mark.parametrize("case", ["softcap_inf", "scale_nan", "scale_over_softcap"])
+def test_bad_scales_low_level(case):
+    """fwd and bwd check softmax_scale and softcap as the flash_attn_* functions do."""
+    kw, msg = SCORE_MODS[case]
+    q, k, v = qkv()
+    raises(msg, lambda: fac.fwd(q, k, v, **kw))
+    raises(msg, lambda: fac.bwd(t(B, S, H, D), q, k, v, t(B, S, H, D), t(B, H, S, dtype=F32), **kw))
 
 
 @pytest.mark.parametrize("window, want", [((-2, 0), (-1, 0)), ((5, -7), (5, -1)), ((-100, -3), (-1, -1)),
@@ -504,6 +525,10 @@ VALID = {
     "varlen_kvpacked_mqa": lambda: fac.flash_attn_varlen_kvpacked_func(t(T, H, D), t(T, 2, 1, D), CU, CU, 7, 7),
     "varlen_batch0": lambda: fac.flash_attn_varlen_func(*vqkv(), cu(0), cu(0), 0, 0),
     "fwd_varlen": lambda: fac.fwd(*vqkv(d=256), cu_seqlens_q=CU, cu_seqlens_k=CU, max_seqlen_q=7, max_seqlen_k=7),
+    # Large, negative and tensor scales are numbers the kernels can take.
+    "scale_negative_softcap_large": lambda: CALLS["func"](softmax_scale=-0.5, softcap=2e38),
+    "scale_tensor": lambda: CALLS["varlen"](softmax_scale=torch.tensor(0.1), softcap=1e-30),
+    "bwd_scale_large": lambda: fac.bwd(t(B, S, H, D), *qkv(), t(B, S, H, D), t(B, H, S, dtype=F32), softmax_scale=2e38),
 }
 
 
