@@ -262,28 +262,30 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
   auto pass_turn = [&] { named_barrier_arrive(kTurnBarrier + (consumer == kLast ? 0 : consumer + 1), 2 * 128); };
   if (consumer == kLast) pass_turn();
 
+  // Whether the producer's copies are cp.async's, which SmemRing::wait fences for the MMAs.
+  const bool generic_writes = !params.ws_tma;
   int i = 0;  // uses of the K / V rings, as the producer counts them
   // A tile's turns without its work, for a consumer whose rows all lie past the sequence's end: the
   // other consumers' turns and the rings' counts go on as if it took part. It waits for each buffer
   // before releasing it: released sooner, its arrival could count toward the buffer's last use.
   auto idle_turns = [&](int steps) {
     for (int s = 0; s < steps; ++s, ++i) {
-      barriers.k.wait(i);
-      if (s > 0) barriers.v.wait(i - 1);
+      barriers.k.wait(i, generic_writes);
+      if (s > 0) barriers.v.wait(i - 1, generic_writes);
       take_turn();
       pass_turn();
       barriers.k.release(i);
       if (s > 0) barriers.v.release(i - 1);
     }
     if (steps > 0) {  // the last P V's turn
-      barriers.v.wait(i - 1);
+      barriers.v.wait(i - 1, generic_writes);
       take_turn();
       pass_turn();
       barriers.v.release(i - 1);
     }
   };
   for (int q_use = 0;; ++q_use) {  // uses of Q's buffers, one per tile
-    barriers.q.wait(q_use);
+    barriers.q.wait(q_use, generic_writes);
     const int t = warp_uniform(barriers.q_tile[barriers.q.stage(q_use)]);
     if (t < 0) break;
     const FwdWsTile tile = tiles.tile<Is_causal>(t);
@@ -375,8 +377,8 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       auto issue_pv = [&] { wgmma_issue<false>(tiled_mma_o, tOrP, tOrVt(_, _, _, barriers.v.stage(i - 1)), tOrO); };
       if constexpr (kMasked) {
         if (n_block < own.n_block_min || n_block >= own.n_block_max) {  // not this consumer's block
-          barriers.k.wait(i);
-          if (!is_first) barriers.v.wait(i - 1);
+          barriers.k.wait(i, generic_writes);
+          if (!is_first) barriers.v.wait(i - 1, generic_writes);
           take_turn();
           if (pending_pv) {
             issue_pv();
@@ -397,8 +399,8 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       if constexpr (kBiasFirst) {
         fill_alibi(tSrS, tScS, int(m_start), n_block * kBlockN, binfo.seqlen_q, binfo.seqlen_k, alibi_slope);
       }
-      barriers.k.wait(i);
-      if (!is_first) barriers.v.wait(i - 1);
+      barriers.k.wait(i, generic_writes);
+      if (!is_first) barriers.v.wait(i - 1, generic_writes);
       take_turn();
       if (!kOverlap && pending) issue_pv();
       wgmma_issue<!kBiasFirst>(tiled_mma_s, tSrQ_tile, tSrK(_, _, _, barriers.k.stage(i)), tSrS);
@@ -493,7 +495,7 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
       // a later tile's Q into the buffer.
       if constexpr (Traits::kSeparateO) barriers.q.release(q_use);
       // The last turn: P V of the bottom key block, unless it was not this consumer's.
-      barriers.v.wait(i - 1);
+      barriers.v.wait(i - 1, generic_writes);
       take_turn();
       if (pending_pv) {
         wgmma_issue<false>(tiled_mma_o, tOrP, tOrVt(_, _, _, barriers.v.stage(i - 1)), tOrO);

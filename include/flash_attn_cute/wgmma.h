@@ -120,10 +120,12 @@ struct SmemRing {
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[stage(i)], bytes);
   }
   __device__ uint64_t& full_barrier(int i) { return full[stage(i)]; }
-  // The copies are ordinary shared-memory writes and the MMAs read through the async proxy.
-  __device__ void wait(int i) {
+  // cp.async's copies are ordinary shared-memory writes and the MMAs read through the async proxy:
+  // with generic_writes the waiting thread fences them (MEMBAR.ALL.CTA and FENCE.VIEW.ASYNC.S in
+  // SASS). TMA writes through the async proxy itself: no fence.
+  __device__ void wait(int i, bool generic_writes = true) {
     cutlass::arch::ClusterBarrier::wait(&full[stage(i)], phase(i));
-    cutlass::arch::fence_view_async_shared();
+    if (generic_writes) cutlass::arch::fence_view_async_shared();
   }
   __device__ void release(int i) { cutlass::arch::ClusterBarrier::arrive(&empty[stage(i)]); }
 };
