@@ -2,7 +2,7 @@
 power with nvidia-smi meanwhile: whether a feature's cost in the benchmark comes from the GPU
 slowing its clock under the load, not from the kernel's instructions.
 
-  python scripts/clocks_under_load.py [--seconds 3]
+  python scripts/clocks_under_load.py [--seconds 3] [--head-dim 128] [--full] [--no-dropout]
 """
 import argparse
 import subprocess
@@ -22,14 +22,20 @@ def sample():
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--head-dim", type=int, default=128, help="with 2048 / head dim heads")
+    parser.add_argument("--full", action="store_true", help="non-causal")
+    parser.add_argument("--no-dropout", action="store_true", help="for builds without the dropout kernels")
     args = parser.parse_args()
-    s, h, d = 16384, 16, 128
+    s, d = 16384, args.head_dim
+    h = 2048 // d
+    mask = "full" if args.full else "causal"
     q, k, v = (torch.randn(1, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     slopes = torch.rand(h, device="cuda") * 0.3
-    cases = [("causal", dict(causal=True)), ("causal + softcap 30", dict(causal=True, softcap=30.0)),
-             ("causal + ALiBi", dict(causal=True, alibi_slopes=slopes)),
-             ("causal + softcap + ALiBi", dict(causal=True, softcap=30.0, alibi_slopes=slopes)),
-             ("causal + dropout 0.1", dict(causal=True, dropout_p=0.1))]
+    mods = [("", {}), (" + softcap 30", dict(softcap=30.0)), (" + ALiBi", dict(alibi_slopes=slopes)),
+            (" + softcap + ALiBi", dict(softcap=30.0, alibi_slopes=slopes))]
+    if not args.no_dropout:
+        mods.append((" + dropout 0.1", dict(dropout_p=0.1)))
+    cases = [(f"hdim {d} {mask}{suffix}", dict(causal=not args.full, **kw)) for suffix, kw in mods]
     print("| case | ms per call | SM MHz (median of samples) | power W |\n|---|---|---|---|")
     for name, kw in cases:
         fac.flash_attn_func(q, k, v, **kw)
