@@ -1,33 +1,26 @@
-// Throughput of the MUFU unit's ex2 / tanh / rcp, and of softcap-like softmax steps, on the GPU it
+// Throughput of the MUFU unit's ex2 / tanh / rcp, and of softcap-like softmax steps with the
+// kernels' own tanh (mask.h's fast_tanh) and FMA exponential (softmax.h's exp2_fma), on the GPU it
 // runs on (no torch). Each thread keeps 8 independent chains, 4 CTAs of 512 threads per SM.
-//   nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o mufu_throughput scripts/mufu_throughput.cu
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I include -I <CUTLASS include> \
+//     -o mufu_throughput scripts/mufu_throughput.cu   (CUTLASS: csrc/features.py find_cutlass_include)
 //   ./mufu_throughput   (results: benchmarks/results/2026-12-06_h100_session54.md)
 #include <cstdio>
 #include <cuda_runtime.h>
+
+#include "flash_attn_cute/softmax.h"
+
+using flash_attn_cute::exp2_fma;
+using flash_attn_cute::fast_tanh;
 
 __device__ __forceinline__ float ex2(float x) {
   float y;
   asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-__device__ __forceinline__ float tanh_mufu(float x) {
-  float y;
-  asm volatile("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 __device__ __forceinline__ float rcp(float x) {
   float y;
   asm volatile("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
-}
-// include/flash_attn_cute/softmax.h's exp2_fma: 2^x on the FMA and integer pipes.
-__device__ __forceinline__ float exp2_fma(float x) {
-  constexpr float kRound = 12582912.f;
-  x = fmaxf(x, -125.f);
-  const float shifted = x + kRound;
-  const float f = x - (shifted - kRound);
-  const float p = fmaf(fmaf(fmaf(0.05517145f, f, 0.24261060f), f, 0.69326097f), f, 0.99992812f);
-  return __uint_as_float(__float_as_uint(p) + (__float_as_uint(shifted) << 23));
 }
 // tanh x = 1 - 2 / (1 + 2^(2 x log2 e)) with the 2^ on the FMA pipe: one MUFU operation (rcp).
 __device__ __forceinline__ float tanh_rcp(float x) {
@@ -51,7 +44,7 @@ __global__ void chains(float* out, int iters, float s) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       if constexpr (kOp == Op::kEx2) v[j] = ex2(v[j]) * s;
-      if constexpr (kOp == Op::kTanh) v[j] = tanh_mufu(v[j]) * s;
+      if constexpr (kOp == Op::kTanh) v[j] = fast_tanh(v[j]) * s;
       if constexpr (kOp == Op::kRcp) v[j] = rcp(v[j]) * s;
       if constexpr (kOp >= Op::kSoftcapStep) {
         const float x = v[j] * s + 0.25f;
@@ -59,7 +52,7 @@ __global__ void chains(float* out, int iters, float s) {
         if (kOp == Op::kSoftcapStepRcpHalf && (j & 1)) t = tanh_rcp(x);
         else if (kOp == Op::kSoftcapStepRcpQuarter && (j & 3) == 3) t = tanh_rcp(x);
         else if (kOp == Op::kPlainStep) t = x;
-        else t = tanh_mufu(x);
+        else t = fast_tanh(x);
         const float y = fmaf(t, 1.4427f, -1.f);
         const float p = (j & 3) == 3 && kOp != Op::kPlainStep ? exp2_fma(y) : ex2(y);
         sum[j] += p;
