@@ -25,7 +25,8 @@ BWD_CASES = [(64, "kPlain"), (64, "kScoreMods"),
              pytest.param(64, "kDropout", marks=pytest.mark.xfail(strict=True, reason="spills 152-512 bytes")),
              (128, "kPlain"), (128, "kScoreMods"), (128, "kDropout")]
 # The forward's (the warp-specialized kernels and the three-CTA one; session 44: at most 32 bytes).
-FWD_CASES = [(64, "kPlain"), (64, "kScoreMods"), (64, "kDropout"), (128, "kScoreMods"), (128, "kDropout")]
+FWD_CASES = [(64, "kPlain"), (64, "kScoreMods"), (64, "kDropout"), (96, "kScoreMods"), (128, "kScoreMods"),
+             (128, "kDropout")]
 
 
 def stack_frames(pass_, head_dim, variant, tmp_path, features):

@@ -123,8 +123,10 @@ struct FwdKernelTraitsSm90Ws {
   static constexpr int fma_exp2_every(bool softcap) { return fwd_sm90_fma_exp2_every(kHeadDim, kVariant, softcap); }
   // A step's exponentials run while its P V does (fwd_kernel_sm90_ws.h). Session 28 (16k tokens):
   // hdim 128 plain and softcap 2-4 % faster; hdim 64 plain causal 2 % and hdim 128 dropout
-  // non-causal 8-10 % slower (its registers); head dims 96, 192, 256 not measured.
-  static constexpr bool kOverlapPV = kHeadDim == 128 && kVariant != Variant::kDropout;
+  // non-causal 8-10 % slower (its registers). Session 55 (H100): hdim 96 plain 1-2 % and softcap +
+  // ALiBi 2-3 % faster, softcap alone even; hdim 64's two-consumer score-mod kernels even (its
+  // three-consumer ones spill with it). Head dims 192 and 256 not measured.
+  static constexpr bool kOverlapPV = (kHeadDim == 96 || kHeadDim == 128) && kVariant != Variant::kDropout;
 
   // One warpgroup MMA per consumer warpgroup, each on its own 64 rows; K and V are shared.
   using TileS = Shape<_64, Int<kBlockN>, Int<kHeadDim>>;  // (M, N, K) of one warpgroup's S = Q K^T
