@@ -779,7 +779,7 @@ SIGNED_SLOPES = [1.0, 0.25, 2.0 ** -5, 0.0, -0.01, -2.0 ** -7, 0.5, 2.0 ** -8]
 
 
 @pytest.mark.parametrize("softcap, scores", [(30.0, "random"), (57.0, "random"), (57.0, "all_near_minus_cap"),
-                                             (58.0, "random")], ids=str)
+                                             (58.0, "random"), (150.0, "random")], ids=str)
 @pytest.mark.parametrize("window", [(-1, -1), (100, 30)], ids=["nowindow", "window100-30"])
 @pytest.mark.parametrize("seqlens", [(333, 1023), (1023, 300), (1024, 1024), (700, 3000)], ids=str)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -787,8 +787,9 @@ SIGNED_SLOPES = [1.0, 0.25, 2.0 ** -5, 0.0, -0.01, -2.0 ** -7, 0.5, 2.0 ** -8]
 def test_softcap_alibi_over_slopes_and_windows(head_dim, causal, seqlens, window, softcap, scores, hopper_kernel):
     """bf16 softcap with ALiBi: up to a cap of 57.5 each row exponentiates with one fixed offset,
     BoundedScores' plus the row's largest bias (FwdMask::alibi_max_bias: on the visible key nearest
-    the row's diagonal, or the farthest for a negative slope); a cap of 58 takes the checked
-    kernel (the running max, then that offset). Non-causal 1023 x 300: most rows' diagonals lie past the last key, so their nearest key
+    the row's diagonal, or the farthest for a negative slope); a cap of 58 lists the tiles where
+    that offset may not hold for the checked kernel (the running max, then that offset) to redo, and
+    one of 150 takes the checked kernel throughout. Non-causal 1023 x 300: most rows' diagonals lie past the last key, so their nearest key
     is hundreds of positions away (with the window, many rows see no key: O = 0, LSE = +inf).
     Non-causal from head dim 96, the fixed offsets take ALiBi's side form on the key blocks after
     a tile's diagonal ones (700 x 3000: most of them, on both sides)."""

@@ -29,14 +29,15 @@ FWD_CASES = [(64, "kPlain"), (64, "kScoreMods"), (64, "kDropout"), (96, "kScoreM
              (128, "kDropout")]
 
 
-def stack_frames(pass_, head_dim, variant, tmp_path, features):
-    """(kernel, stack frame bytes) of each Hopper kernel of one causal bf16 instantiation."""
+def stack_frames(pass_, head_dim, variant, tmp_path, features, causal=True):
+    """(kernel, stack frame bytes) of each Hopper kernel of one bf16 instantiation."""
     nvcc, cute = nvcc_and_cute(features)
     source = tmp_path / f"{pass_}_sm90.cu"
     params = "FwdParams" if pass_ == "fwd" else "BwdParams"
     source.write_text(f'#include "flash_attn_cute/{pass_}_kernel_sm90.h"\n'
                       "namespace flash_attn_cute {\n"
-                      f"template cudaError_t run_{pass_}_sm90<DType::kBFloat16, {head_dim}, true, true, Variant::{variant}>(\n"
+                      f"template cudaError_t run_{pass_}_sm90<DType::kBFloat16, {head_dim}, {str(causal).lower()}, true, "
+                      f"Variant::{variant}>(\n"
                       f"    {params} const&, cudaStream_t);\n"
                       "}\n")
     cmd = [nvcc, "-c", "-std=c++17", *features.nvcc_flags(["90"]), "-Xptxas", "-v", "-I", str(ROOT / "include"),
@@ -64,6 +65,15 @@ def test_hopper_forward_keeps_its_arrays_in_registers(head_dim, variant, tmp_pat
     assert any("ws_kernel" in name for name, _ in frames), "no warp-specialized kernel compiled"
     for name, stack in frames:
         assert int(stack) <= MAX_STACK_BYTES, f"{name}: {stack}-byte stack frame (local memory)"
+
+
+# Head dim 256's warp-specialized forwards keep 96-216 bytes of spills outside the key loop (O alone
+# takes 128 of a consumer's 224 registers). Until session 55 the non-causal checked softcap + ALiBi
+# kernel (caps past 57.5) took ALiBi's side form there too: 784-816 bytes, some 2500 local loads and
+# stores a key-loop trip.
+def test_hopper_forward_head_dim_256_non_causal_score_mods_stay_in_registers(tmp_path, features):
+    for name, stack in stack_frames("fwd", 256, "kScoreMods", tmp_path, features, causal=False):
+        assert int(stack) <= 256, f"{name}: {stack}-byte stack frame (local memory)"
 
 
 # The SM80 backward on small tiles (GPUs with less shared memory a block, tile_size.h), for sm_80:

@@ -328,8 +328,12 @@ __device__ __forceinline__ void fwd_ws_consume(FwdParams const& params, FwdWsTil
     // a block after the walk's diagonal steps lies wholly left or right of every row's diagonal in
     // the tile, above last_diagonal_block on the right. One FFMA a score there; the row's shift
     // (alibi_side_shift) moves the exponent's offset, which the running max could not follow. The
-    // diagonal steps run masked, with the symmetric form.
-    constexpr bool kAlibiSides = Is_softcap && !Is_causal && kHeadDim >= 64 && sm90_alibi_loop_only<kLoops>;
+    // diagonal steps run masked, with the symmetric form. Not in hdim 256's checked kernel: its
+    // side-form and checked steps together kept O in local memory (an 816-byte frame, 2500 local
+    // loads and stores a trip; session 55, H100, non-causal 16k tokens with a cap of 200: 60.5 ms
+    // against 3.5 without the side form).
+    constexpr bool kAlibiSides = Is_softcap && !Is_causal && kHeadDim >= 64 && sm90_alibi_loop_only<kLoops> &&
+                                 (kHeadDim < 256 || kLoops == Sm90Loops::kAlibiFixedOffset);
     [[maybe_unused]] const int last_diagonal_block =
         floor_div(int(m_start) + kBlockM - 1 + binfo.seqlen_k - binfo.seqlen_q, kBlockN);
     // bf16 softcap's fixed offsets (BoundedScores): from the start (fixes_offset), or the checked

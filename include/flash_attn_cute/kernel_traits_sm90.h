@@ -124,9 +124,9 @@ struct FwdKernelTraitsSm90Ws {
   // A step's exponentials run while its P V does (fwd_kernel_sm90_ws.h). Session 28 (16k tokens):
   // hdim 128 plain and softcap 2-4 % faster; hdim 64 plain causal 2 % and hdim 128 dropout
   // non-causal 8-10 % slower (its registers). Session 55 (H100): hdim 96 plain 1-2 % and softcap +
-  // ALiBi 2-3 % faster, softcap alone even; hdim 64's two-consumer score-mod kernels even (its
-  // three-consumer ones spill with it). Head dims 192 and 256 not measured.
-  static constexpr bool kOverlapPV = (kHeadDim == 96 || kHeadDim == 128) && kVariant != Variant::kDropout;
+  // ALiBi 2-3 % faster, softcap alone even; hdims 192 / 256 softcap 4-7 % and plain 0-2 % faster;
+  // hdim 64's two-consumer score-mod kernels even (its three-consumer ones spill with it).
+  static constexpr bool kOverlapPV = kHeadDim >= 96 && kVariant != Variant::kDropout;
 
   // One warpgroup MMA per consumer warpgroup, each on its own 64 rows; K and V are shared.
   using TileS = Shape<_64, Int<kBlockN>, Int<kHeadDim>>;  // (M, N, K) of one warpgroup's S = Q K^T
