@@ -102,13 +102,20 @@ for _hdim in (96, 192, 256):
                               (" softcap+alibi", {"softcap": 30.0, "alibi": True}), (" dropout", {"dropout_p": 0.1})):
             ROWS.setdefault(f"h{_hdim} {'causal' if _causal else 'full'}{_feature}", (_hdim, _causal, _kw))
     ROWS.setdefault(f"h{_hdim} full window1024", (_hdim, False, {"window_size": (1024, 0)}))
-# Caps past the fixed offset's bound with ALiBi (Sm90Loops' checked kernels): listed and redone up
-# to 100, checked throughout above it.
-for _hdim in (128, 192, 256):
+# Caps past the fixed offset's bound (Sm90Loops' checked kernels; listed and redone up to 100,
+# checked throughout above it) and windows with the score mods, at every head dim: a sweep for
+# combinations far slower than plain (session 55 found hdim 256's non-causal cap of 200 with ALiBi
+# 20x slower).
+for _hdim in (64, 96, 128, 192, 256):
     for _causal in (True, False):
+        _kind = "causal" if _causal else "full"
+        ROWS.setdefault(f"h{_hdim} {_kind} softcap200", (_hdim, _causal, {"softcap": 200.0}))
         for _cap in (60.0, 200.0):
-            ROWS.setdefault(f"h{_hdim} {'causal' if _causal else 'full'} softcap{_cap:.0f}+alibi",
-                            (_hdim, _causal, {"softcap": _cap, "alibi": True}))
+            ROWS.setdefault(f"h{_hdim} {_kind} softcap{_cap:.0f}+alibi", (_hdim, _causal, {"softcap": _cap, "alibi": True}))
+    ROWS.setdefault(f"h{_hdim} full window512+512 softcap+alibi",
+                    (_hdim, False, {"window_size": (512, 512), "softcap": 30.0, "alibi": True}))
+    ROWS.setdefault(f"h{_hdim} full window1024 softcap200+alibi",
+                    (_hdim, False, {"window_size": (1024, 0), "softcap": 200.0, "alibi": True}))
 
 
 def plain_row(name):
