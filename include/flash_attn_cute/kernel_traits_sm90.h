@@ -123,10 +123,13 @@ struct FwdKernelTraitsSm90Ws {
   static constexpr int fma_exp2_every(bool softcap) { return fwd_sm90_fma_exp2_every(kHeadDim, kVariant, softcap); }
   // A step's exponentials run while its P V does (fwd_kernel_sm90_ws.h). Session 28 (16k tokens):
   // hdim 128 plain and softcap 2-4 % faster; hdim 64 plain causal 2 % and hdim 128 dropout
-  // non-causal 8-10 % slower (its registers). Session 55 (H100): hdim 96 plain 1-2 % and softcap +
-  // ALiBi 2-3 % faster, softcap alone even; hdims 192 / 256 softcap 4-7 % and plain 0-2 % faster;
-  // hdim 64's two-consumer score-mod kernels even (its three-consumer ones spill with it).
-  static constexpr bool kOverlapPV = kHeadDim >= 96 && kVariant != Variant::kDropout;
+  // non-causal 8-10 % slower (its registers). Session 55 (H100): hdims 192 / 256 softcap 4-7 % and
+  // plain 0-2 % faster; hdim 96 plain, windows and softcap's fixed offset with ALiBi 1-4 % faster,
+  // but softcap's other split kernels (the fixed offset alone, the checked ones) 1-4 % slower, so
+  // they keep it off; hdim 64's two-consumer score-mod kernels even (its three-consumer ones spill).
+  static constexpr bool kOverlapPV =
+      kVariant != Variant::kDropout &&
+      (kHeadDim >= 128 || (kHeadDim == 96 && (kLoops == Sm90Loops::kPerTile || kLoops == Sm90Loops::kAlibiFixedOffset)));
 
   // One warpgroup MMA per consumer warpgroup, each on its own 64 rows; K and V are shared.
   using TileS = Shape<_64, Int<kBlockN>, Int<kHeadDim>>;  // (M, N, K) of one warpgroup's S = Q K^T
