@@ -789,10 +789,11 @@ def test_softcap_alibi_over_slopes_and_windows(head_dim, causal, seqlens, window
     BoundedScores' plus the row's largest bias (FwdMask::alibi_max_bias: on the visible key nearest
     the row's diagonal, or the farthest for a negative slope); a cap of 58 lists the tiles where
     that offset may not hold for the checked kernel (the running max, then that offset) to redo, and
-    one of 150 takes the checked kernel throughout. Non-causal 1023 x 300: most rows' diagonals lie past the last key, so their nearest key
-    is hundreds of positions away (with the window, many rows see no key: O = 0, LSE = +inf).
-    Non-causal from head dim 96, the fixed offsets take ALiBi's side form on the key blocks after
-    a tile's diagonal ones (700 x 3000: most of them, on both sides)."""
+    one of 150 takes the checked kernel throughout. Non-causal 1023 x 300: most rows' diagonals lie
+    past the last key, so their nearest key is hundreds of positions away (with the window, many
+    rows see no key: O = 0, LSE = +inf). Non-causal from head dim 96, the fixed offsets take ALiBi's
+    side form on the key blocks after a tile's diagonal ones (700 x 3000: most of them, on both
+    sides), but for the checked kernel at head dim 256."""
     _require_built(torch.bfloat16, head_dim, kernel_causal(causal, window), "mods")
     ws = _require_kernel(hopper_kernel, head_dim, per_tile=False)
     if not ws and _ws_only(head_dim, "mods"):
