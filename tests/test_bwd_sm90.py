@@ -1,6 +1,7 @@
 """The Hopper backward (bwd_kernel_sm90.h), which non-deterministic calls take on compute capability
 9.0, against the float32 reference with the kernel forced
-(FLASH_ATTN_CUTE_SM90_BWD=1): kernel head dims 64 and 128 (and the head dims below them), causal or
+(FLASH_ATTN_CUTE_SM90_BWD=1): kernel head dims 64, 96 and 128 (and the head dims that round up to
+them), causal or
 not, MHA / GQA / MQA, seqlen_q above and below seqlen_k, varlen, the score mods (softcap, ALiBi,
 windows, combined) and dropout. Also the default dispatch, and the SM80 backward on
 the same device (FLASH_ATTN_CUTE_SM90_BWD=0), which Ampere runs."""
@@ -36,7 +37,7 @@ def _require_built(dtype, head_dim, causal, variant="plain"):
 @pytest.mark.parametrize("heads", list(HEADS))
 @pytest.mark.parametrize("seqlens", SEQLENS, ids=[f"{a}x{b}" for a, b in SEQLENS])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [40, 64, 111, 128])
+@pytest.mark.parametrize("head_dim", [40, 64, 80, 96, 111, 128])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_hopper_bwd_matches_reference(dtype, head_dim, causal, seqlens, heads):
     _require_built(dtype, head_dim, causal)
@@ -53,15 +54,16 @@ def test_hopper_bwd_matches_reference(dtype, head_dim, causal, seqlens, heads):
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_hopper_bwd_varlen_uneven_and_empty_sequences(causal):
-    _require_built(torch.bfloat16, 128, causal)
+@pytest.mark.parametrize("head_dim", [96, 128])
+def test_hopper_bwd_varlen_uneven_and_empty_sequences(head_dim, causal):
+    _require_built(torch.bfloat16, head_dim, causal)
     torch.manual_seed(1)
     seqlens_q, seqlens_k = [5, 0, 300, 129, 1], [17, 9, 0, 300, 64]
     cu_q = torch.tensor([0] + seqlens_q, device="cuda").cumsum(0).int()
     cu_k = torch.tensor([0] + seqlens_k, device="cuda").cumsum(0).int()
-    q = _randn(int(cu_q[-1]), 8, 128, dtype=torch.bfloat16)
-    k = _randn(int(cu_k[-1]), 2, 128, dtype=torch.bfloat16)
-    v = _randn(int(cu_k[-1]), 2, 128, dtype=torch.bfloat16)
+    q = _randn(int(cu_q[-1]), 8, head_dim, dtype=torch.bfloat16)
+    k = _randn(int(cu_k[-1]), 2, head_dim, dtype=torch.bfloat16)
+    v = _randn(int(cu_k[-1]), 2, head_dim, dtype=torch.bfloat16)
     dout = _randn(*q.shape, dtype=torch.bfloat16)
     fn = lambda q, k, v: fac.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(seqlens_q), max(seqlens_k),  # noqa: E731
                                                     causal=causal)
@@ -94,7 +96,7 @@ def test_hopper_bwd_leaves_deterministic_to_the_sm80_kernel():
 @pytest.mark.parametrize("heads", ["mha", "gqa"])
 @pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024)], ids=["113x203", "1023x1024"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 96, 128])
 def test_sm80_bwd_on_hopper_when_switched_off(monkeypatch, head_dim, causal, seqlens, heads):
     """FLASH_ATTN_CUTE_SM90_BWD=0 keeps the SM80 backward (Ampere's), which must stay right here too."""
     _require_built(torch.bfloat16, head_dim, causal)
@@ -137,7 +139,7 @@ MODS = {
 @pytest.mark.parametrize("mods", list(MODS))
 @pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024), (300, 129)], ids=["113x203", "1023x1024", "300x129"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [59, 128])
+@pytest.mark.parametrize("head_dim", [59, 80, 128])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_hopper_bwd_score_mods(dtype, head_dim, causal, seqlens, mods):
     """Softcap (the cap's derivative), ALiBi (flash-attn 2.x's bias), windows and their combinations,
@@ -182,7 +184,7 @@ def test_hopper_bwd_score_mods_varlen(causal):
                          ids=["plain", "softcap", "alibi+window"])
 @pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024), (300, 129)], ids=["113x203", "1023x1024", "300x129"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [59, 128])
+@pytest.mark.parametrize("head_dim", [59, 80, 128])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_hopper_bwd_dropout(dtype, head_dim, causal, seqlens, mods):
     """Dropout: the reference applies the mask the forward reports (return_attn_probs), which the

@@ -88,11 +88,14 @@ struct DqAccumulator {
     if (threadIdx.x == 0) hand_on->pending = hand_on->turn;
   }
 
-  // Where the pair (i, i + 1) (i even) of this thread's fragment lives in the accumulator tile that
-  // starts at tile. The offset is linear: its constant part, added last, becomes the instruction's
-  // immediate offset.
+  // Where the pair (i, i + 1) (i even) of thread's fragment lives in the accumulator tile that starts
+  // at tile (thread: of the dQ MMA's kThreads, which may be one warpgroup of a larger CTA). The offset
+  // is linear: its constant part, added last, becomes the instruction's immediate offset.
+  static __device__ __forceinline__ float* fragment_pair(float* tile, int i, int thread) {
+    return (tile + dq_fragment_offset(0, thread, kThreads)) + dq_fragment_offset(i / 2, 0, kThreads);
+  }
   static __device__ __forceinline__ float* fragment_pair(float* tile, int i) {
-    return (tile + dq_fragment_offset(0, threadIdx.x, kThreads)) + dq_fragment_offset(i / 2, 0, kThreads);
+    return fragment_pair(tile, i, threadIdx.x);
   }
 
   // A CTA-wide barrier (__syncthreads) that hands on the turn of a tile added before it: every
@@ -122,8 +125,8 @@ __device__ __forceinline__ void write_kv_tile(TiledMma const& tiled_mma, TensorA
 }
 
 // dQ = ds_scale() * dQ accumulator, from tiles added in fragment order (DqAccumulator). grid
-// (ceil_div(seqlen_q, kBlockM), batch, heads), Traits::kNThreads threads. A thread reads 8
-// consecutive floats of the tile at a time (two 16-byte loads): pair i of four consecutive threads
+// (ceil_div(seqlen_q, kBlockM), batch, heads), Traits::kDqThreads threads (the dQ MMA's). A thread
+// reads 8 consecutive floats of the tile at a time (two 16-byte loads): pair i of four consecutive threads
 // of the main kernel, starting at a multiple of 4 (a quad), which hold 8 consecutive columns of one
 // row, starting at a multiple of 8 (tests/cpp checks it for every TiledMmadQ); the dQ MMA partition
 // of the quad's first thread gives the row and column. Converted, they go to a row-major shared
@@ -132,12 +135,12 @@ __device__ __forceinline__ void write_kv_tile(TiledMma const& tiled_mma, TensorA
 // 57 us, 3.6 TB/s; 115 us with each thread storing the pairs it read back (4- or 16-byte stores
 // spread over 8 to 32 rows a warp instruction), as the main kernel's thread had added them.
 template <class Traits>
-__global__ void __launch_bounds__(Traits::kNThreads)
+__global__ void __launch_bounds__(Traits::kDqThreads)
     bwd_convert_dq_fragments_kernel(__grid_constant__ const BwdParams params) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kHeadDim = Traits::kHeadDim;
-  constexpr int kThreads = Traits::kNThreads;
+  constexpr int kThreads = Traits::kDqThreads;
   constexpr int kChunks = kBlockM * kHeadDim / 8;  // of 8 floats, and of 8 elements of dQ
   constexpr int kIters = kChunks / kThreads;
   constexpr int kRowElems = kHeadDim + 8;
@@ -207,7 +210,7 @@ cudaError_t launch_bwd_passes(Kernel kernel, dim3 grid, int smem_bytes, BwdParam
   err = cudaPeekAtLastError();
   if (err != cudaSuccess) return err;
   const dim3 convert_grid(ceil_div(params.seqlen_q, Traits::kBlockM), params.batch, params.heads);
-  bwd_convert_dq_fragments_kernel<Traits><<<convert_grid, Traits::kNThreads, 0, stream>>>(params);
+  bwd_convert_dq_fragments_kernel<Traits><<<convert_grid, Traits::kDqThreads, 0, stream>>>(params);
   return cudaPeekAtLastError();
 }
 

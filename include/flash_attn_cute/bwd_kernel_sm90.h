@@ -8,7 +8,7 @@
 //   P^T = exp2(S^T * scale log2(e) - LSE log2(e)),  dS^T = P^T * (dP^T - D)   (LSE, D per column)
 //   dV += P^T dO, dK += dS^T Q          (P^T and dS^T straight from the registers; dO, Q MN-major)
 //   dQ += dS K                          (dS^T through shared memory; the warpgroups split the rows
-//                                        at head dim 64, head_dim above)
+//                                        at head dim 64, the keys at 96, head_dim at 128)
 // dQ goes into the fp32 accumulator in fragment order, as the SM80 backward's (DqAccumulator and
 // bwd_convert_dq_fragments_kernel, bwd_epilogue.h, serve both): each thread stores its fragment
 // into a shared-memory image of the tile, and after the next CTA barrier one thread adds the whole
@@ -88,7 +88,7 @@ struct BwdKernelTraitsSm90 {
   static constexpr int kBlockN = 128;  // keys per CTA, 64 per warpgroup
   static constexpr int kNThreads = 256;
   static constexpr int kNWarps = kNThreads / 32;
-  static_assert(kHeadDim % 64 == 0, "128-byte swizzled rows");
+  static_assert(kHeadDim % 32 == 0, "64- or 128-byte swizzled rows (GmmaSmemAtomK)");
 
   using KeysLayout = Layout<Shape<_2, _1, _1>>;  // the warpgroups split the keys (M)
   // S^T = K Q^T and dP^T = V dO^T: (M, N, K) = (keys, queries, head_dim) of one warpgroup.
@@ -100,10 +100,18 @@ struct BwdKernelTraitsSm90 {
                                  SM90::GMMA::Major::K, SM90::GMMA::Major::MN>(),
       KeysLayout{}));
   // dQ = dS K: (queries, head_dim, keys); A and B read MN-major. The warpgroups split the queries (M)
-  // where there are 128, else head_dim (N): each MMA's N stays 64.
+  // where there are 128, else head_dim (N): each MMA's N stays 64. At head dim 96, whose halves would
+  // start inside K's 32-column swizzle atoms, they split the keys (kDqSplitK): each warpgroup's MMA
+  // (128 threads, tidx % 128) sums its own 64 keys over the whole tile, and the two partial tiles
+  // add up in shared memory (stage_dq).
   static constexpr bool kDqSplitM = kBlockM == 128;
-  using DqLayout = std::conditional_t<kDqSplitM, Layout<Shape<_2, _1, _1>>, Layout<Shape<_1, _2, _1>>>;
-  using DqAtomShape = Shape<Int<kDqSplitM ? 64 : kBlockM>, Int<kDqSplitM ? kHeadDim : kHeadDim / 2>, Int<kBlockN>>;
+  static constexpr bool kDqSplitK = !kDqSplitM && kHeadDim % 64 != 0;
+  using DqLayout = std::conditional_t<kDqSplitM, Layout<Shape<_2, _1, _1>>,
+                                      std::conditional_t<kDqSplitK, Layout<Shape<_1, _1, _1>>,  // one warpgroup
+                                                         Layout<Shape<_1, _2, _1>>>>;
+  using DqAtomShape = Shape<Int<kDqSplitM ? 64 : kBlockM>, Int<kDqSplitM || kDqSplitK ? kHeadDim : kHeadDim / 2>,
+                            Int<kDqSplitK ? kBlockN / 2 : kBlockN>>;
+  using DqKeys = Shape<Int<kBlockM>, Int<kDqSplitK ? kBlockN / 2 : kBlockN>>;  // (queries, keys) of one dQ MMA
   using TiledMmadQ = decltype(make_tiled_mma(
       SM90::GMMA::ss_op_selector<Element, Element, float, DqAtomShape, SM90::GMMA::Major::MN, SM90::GMMA::Major::MN>(),
       DqLayout{}));
@@ -159,7 +167,8 @@ struct BwdKernelTraitsSm90 {
   using SmemCopyAtomOut = Copy_Atom<SM90_U32x4_STSM_N, Element>;
   // dQ's tiles in the accumulator: kBlockM rows of one row block, which the accumulator's padding
   // (bwd_api.cpp: whole SM80 row blocks per sequence) holds whole.
-  using DqAccum = DqAccumulator<kBlockM, kHeadDim, kNWarps>;
+  static constexpr int kDqThreads = kDqSplitK ? 128 : kNThreads;  // the dQ MMA's, whose fragment order the tiles take
+  using DqAccum = DqAccumulator<kBlockM, kHeadDim, kDqThreads / 32>;
   static_assert(bwd_tile_shape(kHeadDim).block_m % kBlockM == 0, "the accumulator's row blocks hold whole tiles");
   static_assert(dq_accum_row_floats(kHeadDim) == kHeadDim, "a tile's rows are contiguous");
 };
@@ -230,17 +239,26 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   typename Traits::TiledMmaSdP mma_sdp;
   typename Traits::TiledMmadKV mma_dkv;
   typename Traits::TiledMmadQ mma_dq;
+  // The dQ MMA's thread, and its keys: all, or this warpgroup's half (kDqSplitK).
+  const int dq_thread = Traits::kDqSplitK ? tidx % 128 : tidx;
+  auto dq_keys = [&](auto const& t) {  // (rows, keys) -> (rows, the dQ MMA's keys)
+    if constexpr (Traits::kDqSplitK) {
+      return local_tile(t, make_shape(size<0>(t), size<1>(typename Traits::DqKeys{})), make_coord(0, tidx / 128));
+    } else {
+      return t;
+    }
+  };
   auto thr_sdp = mma_sdp.get_thread_slice(tidx);
   auto thr_dkv = mma_dkv.get_thread_slice(tidx);
-  auto thr_dq = mma_dq.get_thread_slice(tidx);
+  auto thr_dq = mma_dq.get_thread_slice(dq_thread);
   Tensor tSrK = thr_sdp.partition_fragment_A(sK);     // (MMA, MMA_M, MMA_K)
   Tensor tdPrV = thr_sdp.partition_fragment_A(sV);    // (MMA, MMA_M, MMA_K)
   Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);     // (MMA, MMA_N, MMA_K, slot)
   Tensor tdPrdO = thr_sdp.partition_fragment_B(sdO);  // (MMA, MMA_N, MMA_K, slot)
   Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (MMA, MMA_N, MMA_K, slot)
   Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);    // (MMA, MMA_N, MMA_K, slot)
-  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);     // (MMA, MMA_M, MMA_K)
-  Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);     // (MMA, MMA_N, MMA_K)
+  Tensor tdQrdS = thr_dq.partition_fragment_A(dq_keys(sdS));  // (MMA, MMA_M, MMA_K)
+  Tensor tdQrKt = thr_dq.partition_fragment_B(dq_keys(sKt));  // (MMA, MMA_N, MMA_K)
   auto tile_nm = Shape<Int<kBlockN>, Int<kBlockM>>{};
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(tile_nm));  // (MMA, MMA_M, MMA_N) -> (key, query)
   Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});  // (MMA, MMA_M, MMA_N)
@@ -258,7 +276,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   typename Traits::TiledMmadQRows mma_dq_rows;
   auto thr_sdp_rows = mma_sdp_rows.get_thread_slice(tidx);
   auto thr_dkv_smem = mma_dkv_smem.get_thread_slice(tidx);
-  auto thr_dq_rows = mma_dq_rows.get_thread_slice(tidx);
+  auto thr_dq_rows = mma_dq_rows.get_thread_slice(dq_thread);
   Element* smem_p = reinterpret_cast<Element*>(smem + Traits::kSmemPOffset);
   Tensor sP = make_tensor(make_smem_ptr(smem_p), typename Traits::SmemLayoutPdSRows{});    // (kBlockM, kBlockN)
   Tensor sPt = make_tensor(make_smem_ptr(smem_p), typename Traits::SmemLayoutPdSRowsT{});  // (kBlockN, kBlockM)
@@ -270,8 +288,8 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   Tensor tdPrVr = thr_sdp_rows.partition_fragment_B(sV);   // (MMA, MMA_N, MMA_K)
   Tensor tdVsPt = thr_dkv_smem.partition_fragment_A(sPt);    // (MMA, MMA_M, MMA_K)
   Tensor tdKsdSt = thr_dkv_smem.partition_fragment_A(sdSrt); // (MMA, MMA_M, MMA_K)
-  Tensor tdQsdS = thr_dq_rows.partition_fragment_A(sdSr);    // (MMA, MMA_M, MMA_K)
-  Tensor tdQsKt = thr_dq_rows.partition_fragment_B(sKt);     // (MMA, MMA_N, MMA_K)
+  Tensor tdQsdS = thr_dq_rows.partition_fragment_A(dq_keys(sdSr));  // (MMA, MMA_M, MMA_K)
+  Tensor tdQsKt = thr_dq_rows.partition_fragment_B(dq_keys(sKt));   // (MMA, MMA_N, MMA_K)
   auto tile_mn = Shape<Int<kBlockM>, Int<kBlockN>>{};
   Tensor tScSr = thr_sdp_rows.partition_C(make_identity_tensor(tile_mn));  // (MMA, MMA_M, MMA_N) -> (query, key)
   Tensor tScSr_rc = make_tensor(tScSr.data(), acc_layout_rowcol(tScSr.layout()));         // (rows, cols)
@@ -299,10 +317,21 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
 
   // Stores a dQ tile's fragment into sdQ (the whole tile: rows past seqlen_q and columns past
   // head_dim add 0, as P = 0 and K's columns are zeros there) for the next step's add_pending_dq.
+  // Split by keys, warpgroup 0 stores its partial tile and warpgroup 1 adds its own to it.
   auto stage_dq = [&](auto const& acc_dq, int bidh, int m_start) {
+    constexpr int kDqSumBarrier = 1;
+    auto pair = [&](int i) { return reinterpret_cast<float2*>(Traits::DqAccum::fragment_pair(sdQ, i, dq_thread)); };
+    if (Traits::kDqSplitK && tidx >= 128) {
+      named_barrier_sync(kDqSumBarrier, 256);  // warpgroup 0's stores are done
 #pragma unroll
-    for (int i = 0; i < size(acc_dq); i += 2) {
-      *reinterpret_cast<float2*>(Traits::DqAccum::fragment_pair(sdQ, i)) = make_float2(acc_dq(i), acc_dq(i + 1));
+      for (int i = 0; i < size(acc_dq); i += 2) {
+        const float2 other = *pair(i);
+        *pair(i) = make_float2(acc_dq(i) + other.x, acc_dq(i + 1) + other.y);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < size(acc_dq); i += 2) *pair(i) = make_float2(acc_dq(i), acc_dq(i + 1));
+      if (Traits::kDqSplitK) named_barrier_arrive(kDqSumBarrier, 256);
     }
     dq_pending = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
                  index_t(m_start) * params.dq_accum_row_stride;

@@ -753,19 +753,20 @@ void test_dq_accum_offset() {
 // fragment is compact, holds its values in pairs (i, i + 1), i even, of adjacent columns (c, c + 1),
 // c even, of one row, and the threads' fragments cover each (row, col) of the tile once; and, as
 // the conversion reads 8 floats of the order at a time, pair i of threads 4q .. 4q + 3 holds columns
-// c .. c + 7, c a multiple of 8, of one row. Traits: the SM80 backward's and the Hopper backward's.
+// c .. c + 7, c a multiple of 8, of one row. Traits: the SM80 backward's and the Hopper backward's
+// (whose dQ MMA at head dim 96 is one warpgroup's: kDqThreads, each warpgroup adding its keys' part).
 template <class Traits>
 void check_dq_fragment(std::string const& where) {
   constexpr int D = Traits::kHeadDim;
   constexpr int kBlockM = Traits::kBlockM;
-  constexpr int kThreads = Traits::kNThreads;
+  constexpr int kThreads = Traits::kDqThreads;
   constexpr int kFloats = kBlockM * D;
 
   CHECK(kFloats % (2 * kThreads) == 0, where + ": dQ tile not a whole number of pairs per thread");
   CHECK(kFloats <= kBlockM * dq_accum_row_floats(D), where + ": fragment order overflows the tile's rows");
   std::vector<int> seen(kFloats, 0);
   for (int pair = 0; pair < kFloats / (2 * kThreads); ++pair) {
-    for (int warp = 0; warp < Traits::kNWarps; ++warp) {
+    for (int warp = 0; warp < kThreads / 32; ++warp) {
       const int first = dq_fragment_offset(pair, 32 * warp, kThreads);
       for (int lane = 0; lane < 32; ++lane) {
         const int offset = dq_fragment_offset(pair, 32 * warp + lane, kThreads);
@@ -828,7 +829,7 @@ void check_dq_rows_fragment(std::string const& where) {
   CHECK_EQ(int(size(partition_fragment_C(mma_dq_rows, tile_mk))), int(size(partition_fragment_C(mma_dq, tile_mk))),
            where + ": rows dQ fragment size");
   int bad = 0;
-  for (int t = 0; t < Traits::kNThreads; ++t) {
+  for (int t = 0; t < Traits::kDqThreads; ++t) {
     auto coords = mma_dq.get_thread_slice(t).partition_C(make_identity_tensor(tile_mk));
     auto coords_rows = mma_dq_rows.get_thread_slice(t).partition_C(make_identity_tensor(tile_mk));
     for (int i = 0; i < size(coords); ++i) {
@@ -853,9 +854,12 @@ void test_dq_fragment() {
   check_dq_fragment<
       BwdKernelTraitsSm90<64, cutlass::bfloat16_t, bwd_sm90_block_m(64, Variant::kScoreMods, Sm90BwdCap::kCapAlibi)>>(
       "Hopper bwd hdim 64, softcap + ALiBi (64 query rows)");
+  check_dq_fragment<BwdKernelTraitsSm90<96, cutlass::bfloat16_t>>("Hopper bwd hdim 96 (dQ split by keys)");
   check_dq_fragment<BwdKernelTraitsSm90<128, cutlass::bfloat16_t>>("Hopper bwd hdim 128");
   check_dq_rows_fragment<BwdKernelTraitsSm90<64, cutlass::bfloat16_t, bwd_sm90_block_m(64, Variant::kDropout)>>(
       "Hopper bwd hdim 64, dropout");
+  check_dq_rows_fragment<BwdKernelTraitsSm90<96, cutlass::bfloat16_t, bwd_sm90_block_m(96, Variant::kDropout)>>(
+      "Hopper bwd hdim 96, dropout");
   check_dq_rows_fragment<BwdKernelTraitsSm90<128, cutlass::bfloat16_t, bwd_sm90_block_m(128, Variant::kDropout)>>(
       "Hopper bwd hdim 128, dropout");
 }
