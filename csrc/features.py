@@ -55,9 +55,7 @@ INSTANCE_LINE = ("template cudaError_t run_{kind}<DType::{dtype}, {hdim}, {causa
 # and dropout variants hold the warp-specialized kernel only (tile_size.h's fwd_sm90_ws_only: the
 # three-CTA kernel spilled there); calls whose rows see too few keys for it keep the SM80 kernels.
 # The hdim 192 dropout kernels spill 16-160 bytes, yet run 1.26-1.29x faster than the SM80 ones
-# (session 18). The backward: every variant at BWD_SM90_HEAD_DIMS (the SM80 kernels elsewhere; at
-# kernel head dim 32 the 64 kernel, its columns past the head dim zero, ran 9-27 % slower than the
-# SM80 one: session 56).
+# (session 18). The backward: every variant at BWD_SM90_HEAD_DIMS (the SM80 kernels elsewhere).
 KINDS = {
     "fwd": ("fwd_launch.h", "Fwd", "the fwd instantiations"),
     "bwd": ("bwd_launch.h", "Bwd", "the bwd instantiations"),
@@ -66,7 +64,7 @@ KINDS = {
     "fwd_small": ("fwd_launch.h", "Fwd", "the small-tile forward instantiations"),
     "bwd_small": ("bwd_launch.h", "Bwd", "the small-tile backward instantiations"),
 }
-BWD_SM90_HEAD_DIMS = (64, 96, 128)
+BWD_SM90_HEAD_DIMS = (32, 64, 96, 128)
 # The SM80 kernels' small tiles, for GPUs that allow a block less shared memory than the default
 # tiles take (tile_size.h fwd_small_smem, bwd_small_smem): the backward's at every head dim (sm_86 /
 # sm_89; at 256 sm_80's, and in the same files, without dropout, the V-in-registers one of sm_86 /

@@ -37,7 +37,7 @@ cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream);
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd_small(BwdParams const& params, cudaStream_t stream);
 
-// The Hopper backward (bwd_kernel_sm90.h): every variant, head dims 64, 96 and 128.
+// The Hopper backward (bwd_kernel_sm90.h): every variant, head dims 32, 64, 96 and 128.
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd_sm90(BwdParams const& params, cudaStream_t stream);
 

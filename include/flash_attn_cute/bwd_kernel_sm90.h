@@ -3,12 +3,12 @@
 // bwd_takes_sm90).
 // One CTA per (key block of kBlockN = 128 keys, batch, KV head), two warpgroups of 64 keys each;
 // K and V stay in shared memory, dK and dV in registers, while the CTA walks the query row blocks
-// (kBlockM rows: 128 at head dim 64, 64 above) of every query head of its KV head's group:
+// (kBlockM rows: 128 up to head dim 64, 64 above) of every query head of its KV head's group:
 //   S^T = K Q^T, dP^T = V dO^T          (warpgroup MMAs from shared memory: rows are keys)
 //   P^T = exp2(S^T * scale log2(e) - LSE log2(e)),  dS^T = P^T * (dP^T - D)   (LSE, D per column)
 //   dV += P^T dO, dK += dS^T Q          (P^T and dS^T straight from the registers; dO, Q MN-major)
 //   dQ += dS K                          (dS^T through shared memory; the warpgroups split the rows
-//                                        at head dim 64, the keys at 96, head_dim at 128)
+//                                        of 128, else head_dim at 64 and 128, the keys at 32 and 96)
 // dQ goes into the fp32 accumulator in fragment order, as the SM80 backward's (DqAccumulator and
 // bwd_convert_dq_fragments_kernel, bwd_epilogue.h, serve both): each thread stores its fragment
 // into a shared-memory image of the tile, and after the next CTA barrier one thread adds the whole
@@ -57,7 +57,7 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
-// Query rows per step: 128 in the plain and dropout kernels at head dim 64, where dK and dV take
+// Query rows per step: 128 in the plain and dropout kernels at head dims 32 and 64, where dK and dV take
 // only 64 registers (S^T and dP^T then take 64 each), 64 elsewhere. Measured on H200 (bf16, hdim
 // 64, 16k tokens, plain): 128 rows 406-409 TFLOP/s non-causal and 365-369 causal, against 375 and
 // 348-350 with 64 (likely, not profiled: the S^T and dP^T MMAs' N of 128 reads fewer shared-memory
@@ -100,10 +100,10 @@ struct BwdKernelTraitsSm90 {
                                  SM90::GMMA::Major::K, SM90::GMMA::Major::MN>(),
       KeysLayout{}));
   // dQ = dS K: (queries, head_dim, keys); A and B read MN-major. The warpgroups split the queries (M)
-  // where there are 128, else head_dim (N): each MMA's N stays 64. At head dim 96, whose halves would
-  // start inside K's 32-column swizzle atoms, they split the keys (kDqSplitK): each warpgroup's MMA
-  // (128 threads, tidx % 128) sums its own 64 keys over the whole tile, and the two partial tiles
-  // add up in shared memory (stage_dq).
+  // where there are 128, else head_dim (N): each MMA's N stays 64. At head dims 32 and 96, whose
+  // halves would start inside K's 32-column swizzle atoms, they split the keys (kDqSplitK): each
+  // warpgroup's MMA (128 threads, tidx % 128) sums its own 64 keys over the whole tile, and the two
+  // partial tiles add up in shared memory (stage_dq).
   static constexpr bool kDqSplitM = kBlockM == 128;
   static constexpr bool kDqSplitK = !kDqSplitM && kHeadDim % 64 != 0;
   using DqLayout = std::conditional_t<kDqSplitM, Layout<Shape<_2, _1, _1>>,

@@ -850,12 +850,18 @@ void check_dq_fragments(std::index_sequence<I...>) {
 
 void test_dq_fragment() {
   check_dq_fragments(std::make_index_sequence<std::size(kFwdHeadDims)>{});
+  check_dq_fragment<BwdKernelTraitsSm90<32, cutlass::bfloat16_t>>("Hopper bwd hdim 32");
+  check_dq_fragment<
+      BwdKernelTraitsSm90<32, cutlass::bfloat16_t, bwd_sm90_block_m(32, Variant::kScoreMods, Sm90BwdCap::kCapAlibi)>>(
+      "Hopper bwd hdim 32, softcap + ALiBi (64 query rows: dQ split by keys)");
   check_dq_fragment<BwdKernelTraitsSm90<64, cutlass::bfloat16_t>>("Hopper bwd hdim 64");
   check_dq_fragment<
       BwdKernelTraitsSm90<64, cutlass::bfloat16_t, bwd_sm90_block_m(64, Variant::kScoreMods, Sm90BwdCap::kCapAlibi)>>(
       "Hopper bwd hdim 64, softcap + ALiBi (64 query rows)");
   check_dq_fragment<BwdKernelTraitsSm90<96, cutlass::bfloat16_t>>("Hopper bwd hdim 96 (dQ split by keys)");
   check_dq_fragment<BwdKernelTraitsSm90<128, cutlass::bfloat16_t>>("Hopper bwd hdim 128");
+  check_dq_rows_fragment<BwdKernelTraitsSm90<32, cutlass::bfloat16_t, bwd_sm90_block_m(32, Variant::kDropout)>>(
+      "Hopper bwd hdim 32, dropout");
   check_dq_rows_fragment<BwdKernelTraitsSm90<64, cutlass::bfloat16_t, bwd_sm90_block_m(64, Variant::kDropout)>>(
       "Hopper bwd hdim 64, dropout");
   check_dq_rows_fragment<BwdKernelTraitsSm90<96, cutlass::bfloat16_t, bwd_sm90_block_m(96, Variant::kDropout)>>(
