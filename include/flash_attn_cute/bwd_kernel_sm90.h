@@ -111,7 +111,6 @@ struct BwdKernelTraitsSm90 {
                                                          Layout<Shape<_1, _2, _1>>>>;
   using DqAtomShape = Shape<Int<kDqSplitM ? 64 : kBlockM>, Int<kDqSplitM || kDqSplitK ? kHeadDim : kHeadDim / 2>,
                             Int<kDqSplitK ? kBlockN / 2 : kBlockN>>;
-  using DqKeys = Shape<Int<kBlockM>, Int<kDqSplitK ? kBlockN / 2 : kBlockN>>;  // (queries, keys) of one dQ MMA
   using TiledMmadQ = decltype(make_tiled_mma(
       SM90::GMMA::ss_op_selector<Element, Element, float, DqAtomShape, SM90::GMMA::Major::MN, SM90::GMMA::Major::MN>(),
       DqLayout{}));
@@ -243,7 +242,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   const int dq_thread = Traits::kDqSplitK ? tidx % 128 : tidx;
   auto dq_keys = [&](auto const& t) {  // (rows, keys) -> (rows, the dQ MMA's keys)
     if constexpr (Traits::kDqSplitK) {
-      return local_tile(t, make_shape(size<0>(t), size<1>(typename Traits::DqKeys{})), make_coord(0, tidx / 128));
+      return local_tile(t, make_shape(size<0>(t), size<2>(typename Traits::DqAtomShape{})), make_coord(0, tidx / 128));
     } else {
       return t;
     }

@@ -754,7 +754,8 @@ void test_dq_accum_offset() {
 // c even, of one row, and the threads' fragments cover each (row, col) of the tile once; and, as
 // the conversion reads 8 floats of the order at a time, pair i of threads 4q .. 4q + 3 holds columns
 // c .. c + 7, c a multiple of 8, of one row. Traits: the SM80 backward's and the Hopper backward's
-// (whose dQ MMA at head dim 96 is one warpgroup's: kDqThreads, each warpgroup adding its keys' part).
+// (whose dQ MMA with 64 rows at head dims 32 and 96 is one warpgroup's: kDqThreads, each warpgroup
+// adding its keys' part).
 template <class Traits>
 void check_dq_fragment(std::string const& where) {
   constexpr int D = Traits::kHeadDim;
