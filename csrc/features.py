@@ -64,7 +64,7 @@ KINDS = {
     "fwd_small": ("fwd_launch.h", "Fwd", "the small-tile forward instantiations"),
     "bwd_small": ("bwd_launch.h", "Bwd", "the small-tile backward instantiations"),
 }
-BWD_SM90_HEAD_DIMS = (32, 64, 96, 128)
+BWD_SM90_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 # The SM80 kernels' small tiles, for GPUs that allow a block less shared memory than the default
 # tiles take (tile_size.h fwd_small_smem, bwd_small_smem): the backward's at every head dim (sm_86 /
 # sm_89; at 256 sm_80's, and in the same files, without dropout, the V-in-registers one of sm_86 /

@@ -1,7 +1,7 @@
 """The Hopper backward (bwd_kernel_sm90.h), which non-deterministic calls take on compute capability
 9.0, against the float32 reference with the kernel forced
-(FLASH_ATTN_CUTE_SM90_BWD=1): kernel head dims 32, 64, 96 and 128 (and the head dims that round up
-to them), causal or
+(FLASH_ATTN_CUTE_SM90_BWD=1): kernel head dims 32, 64, 96, 128, 192 and 256 (and the head dims that
+round up to them), causal or
 not, MHA / GQA / MQA, seqlen_q above and below seqlen_k, varlen, the score mods (softcap, ALiBi,
 windows, combined) and dropout. Also the default dispatch, and the SM80 backward on
 the same device (FLASH_ATTN_CUTE_SM90_BWD=0), which Ampere runs."""
@@ -37,7 +37,7 @@ def _require_built(dtype, head_dim, causal, variant="plain"):
 @pytest.mark.parametrize("heads", list(HEADS))
 @pytest.mark.parametrize("seqlens", SEQLENS, ids=[f"{a}x{b}" for a, b in SEQLENS])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [24, 32, 40, 64, 80, 96, 111, 128])
+@pytest.mark.parametrize("head_dim", [24, 32, 40, 64, 80, 96, 111, 128, 160, 192, 200, 256])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_hopper_bwd_matches_reference(dtype, head_dim, causal, seqlens, heads):
     _require_built(dtype, head_dim, causal)
@@ -54,7 +54,7 @@ def test_hopper_bwd_matches_reference(dtype, head_dim, causal, seqlens, heads):
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [32, 96, 128])
+@pytest.mark.parametrize("head_dim", [32, 96, 128, 192, 256])
 def test_hopper_bwd_varlen_uneven_and_empty_sequences(head_dim, causal):
     _require_built(torch.bfloat16, head_dim, causal)
     torch.manual_seed(1)
@@ -96,7 +96,7 @@ def test_hopper_bwd_leaves_deterministic_to_the_sm80_kernel():
 @pytest.mark.parametrize("heads", ["mha", "gqa"])
 @pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024)], ids=["113x203", "1023x1024"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [32, 64, 96, 128])
+@pytest.mark.parametrize("head_dim", [32, 64, 96, 128, 256])
 def test_sm80_bwd_on_hopper_when_switched_off(monkeypatch, head_dim, causal, seqlens, heads):
     """FLASH_ATTN_CUTE_SM90_BWD=0 keeps the SM80 backward (Ampere's), which must stay right here too."""
     _require_built(torch.bfloat16, head_dim, causal)
@@ -139,7 +139,7 @@ MODS = {
 @pytest.mark.parametrize("mods", list(MODS))
 @pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024), (300, 129)], ids=["113x203", "1023x1024", "300x129"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [24, 59, 80, 128])
+@pytest.mark.parametrize("head_dim", [24, 59, 80, 128, 176, 256])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_hopper_bwd_score_mods(dtype, head_dim, causal, seqlens, mods):
     """Softcap (the cap's derivative), ALiBi (flash-attn 2.x's bias), windows and their combinations,
@@ -184,7 +184,7 @@ def test_hopper_bwd_score_mods_varlen(causal):
                          ids=["plain", "softcap", "alibi+window"])
 @pytest.mark.parametrize("seqlens", [(113, 203), (1023, 1024), (300, 129)], ids=["113x203", "1023x1024", "300x129"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [24, 59, 80, 128])
+@pytest.mark.parametrize("head_dim", [24, 59, 80, 128, 136, 256])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_hopper_bwd_dropout(dtype, head_dim, causal, seqlens, mods):
     """Dropout: the reference applies the mask the forward reports (return_attn_probs), which the

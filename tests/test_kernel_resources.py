@@ -23,7 +23,7 @@ MAX_STACK_BYTES = 128
 # 0.73 -> 0.71 of plain), so the spills are not what holds it back.
 BWD_CASES = [(64, "kPlain"), (64, "kScoreMods"),
              pytest.param(64, "kDropout", marks=pytest.mark.xfail(strict=True, reason="spills 152-512 bytes")),
-             (128, "kPlain"), (128, "kScoreMods"), (128, "kDropout")]
+             (128, "kPlain"), (128, "kScoreMods"), (128, "kDropout"), (192, "kDropout"), (256, "kScoreMods")]
 # The forward's (the warp-specialized kernels and the three-CTA one; session 44: at most 32 bytes).
 FWD_CASES = [(64, "kPlain"), (64, "kScoreMods"), (64, "kDropout"), (96, "kScoreMods"), (128, "kScoreMods"),
              (128, "kDropout")]

@@ -13,10 +13,13 @@ namespace flash_attn_cute {
 constexpr int dq_accum_row_floats(int kernel_head_dim) { return kernel_head_dim; }
 
 // A dQ tile is added in fragment order (bwd_epilogue.h DqAccumulator): the float offset, in its row
-// block's tile of the accumulator, of pair `pair` (values 2 pair and 2 pair + 1) of thread
-// `thread`'s dQ fragment in a CTA of `threads` threads. The 32 lanes of a warp add one pair index
-// to 256 contiguous bytes.
-constexpr int dq_fragment_offset(int pair, int thread, int threads) { return 2 * (pair * threads + thread); }
+// block's tile of the accumulator, of group `group` (values vec group .. vec group + vec - 1) of
+// thread `thread`'s dQ fragment in a CTA of `threads` threads. The 32 lanes of a warp add one group
+// index to 32 vec contiguous floats. vec: 2 (pairs), or 4 where the Hopper backward adds its tiles
+// with atomics (head dim 256: one 16-byte reduction a group, half the instructions).
+constexpr int dq_fragment_offset(int group, int thread, int threads, int vec = 2) {
+  return vec * (group * threads + thread);
+}
 
 // Whether the deterministic backward takes the rotated dQ order (BwdParams::dq_rotate): no window
 // (causal is the window (left, 0)), and the key blocks of a head (n_blocks, at the longest seqlen_k) few enough to be
@@ -37,7 +40,7 @@ cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream);
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd_small(BwdParams const& params, cudaStream_t stream);
 
-// The Hopper backward (bwd_kernel_sm90.h): every variant, head dims 32, 64, 96 and 128.
+// The Hopper backward (bwd_kernel_sm90.h): every variant, every kernel head dim (32 to 256).
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd_sm90(BwdParams const& params, cudaStream_t stream);
 

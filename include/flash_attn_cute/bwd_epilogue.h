@@ -29,6 +29,16 @@ __device__ __forceinline__ void atomic_add_pair(float* ptr, float a, float b) {
 #endif
 }
 
+// Four (a 16-byte aligned group of the dQ tile's fragment order, vec 4), sm_90 only.
+__device__ __forceinline__ void atomic_add_quad(float* ptr, float a, float b, float c, float d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+#else
+  atomic_add_pair(ptr, a, b);
+  atomic_add_pair(ptr + 2, c, d);
+#endif
+}
+
 __device__ __forceinline__ int load_acquire(int const* ptr) {
   int value;
   asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(value) : "l"(ptr) : "memory");
@@ -39,8 +49,9 @@ __device__ __forceinline__ int load_acquire(int const* ptr) {
 // whose rows are contiguous (a row block owns a tile of kBlockM * kHeadDim floats, bwd_api.h), with
 // atomics, two floats per thread and instruction, in fragment order: the tile holds pair i of
 // thread t's fragment at floats 2 (i kThreads + t), so each warp's reduction covers 256 contiguous
-// bytes (two cache lines, where the MMA layout's rows would touch eight), and
-// bwd_convert_dq_fragments_kernel reads the tile back in that order. (Measured on H200, bf16
+// bytes (two cache lines, where the MMA layout's rows would touch eight; kVec 4, the Hopper backward
+// at head dim 256: four floats, 512 bytes), and bwd_convert_dq_fragments_kernel reads the tile back
+// in that order. (Measured on H200, bf16
 // backward vs FA2: 1.10x and 1.15x at head dims 64 and 128, against 1.02x and 1.10x with one sm_90
 // bulk reduction per warp from a shared-memory staging tile; 1.06x at 256, against 0.92x with the
 // atomics in the MMA layout's rows.)
@@ -54,9 +65,11 @@ __device__ __forceinline__ int load_acquire(int const* ptr) {
 // done, so that no thread waits for its own. The counters live in shared memory (thread 0 writes
 // and reads them): registers are what the backward is short of, and the order costs none in the
 // main loop.
-template <int kBlockM, int kHeadDim, int kNWarps>
+template <int kBlockM, int kHeadDim, int kNWarps, int kVec_ = 2>
 struct DqAccumulator {
   static constexpr int kThreads = 32 * kNWarps;
+  static constexpr int kVec = kVec_;  // values a group of the order (dq_fragment_offset)
+  static_assert(kVec == 2 || kVec == 4);
   DqHandOn* hand_on;  // in shared memory
 
   // Before the first barrier. next: the key block each of this CTA's tiles hands the turn to.
@@ -83,19 +96,29 @@ struct DqAccumulator {
   // (rows past seqlen_q add 0). After wait_turn, then a barrier().
   template <class TensorAcc>
   __device__ __forceinline__ void add(TensorAcc const& tdQrdQ, float* gdQaccum) {
-#pragma unroll
-    for (int i = 0; i < size(tdQrdQ); i += 2) atomic_add_pair(fragment_pair(gdQaccum, i), tdQrdQ(i), tdQrdQ(i + 1));
+    add_fragment(tdQrdQ, gdQaccum, threadIdx.x);
     if (threadIdx.x == 0) hand_on->pending = hand_on->turn;
   }
 
-  // Where the pair (i, i + 1) (i even) of thread's fragment lives in the accumulator tile that starts
-  // at tile (thread: of the dQ MMA's kThreads, which may be one warpgroup of a larger CTA). The offset
-  // is linear: its constant part, added last, becomes the instruction's immediate offset.
-  static __device__ __forceinline__ float* fragment_pair(float* tile, int i, int thread) {
-    return (tile + dq_fragment_offset(0, thread, kThreads)) + dq_fragment_offset(i / 2, 0, kThreads);
+  // Adds thread's fragment to the tile with atomics, kVec values an instruction.
+  template <class TensorAcc>
+  static __device__ __forceinline__ void add_fragment(TensorAcc const& tdQrdQ, float* tile, int thread) {
+#pragma unroll
+    for (int i = 0; i < size(tdQrdQ); i += kVec) {
+      if constexpr (kVec == 2) {
+        atomic_add_pair(fragment_group(tile, i, thread), tdQrdQ(i), tdQrdQ(i + 1));
+      } else {
+        atomic_add_quad(fragment_group(tile, i, thread), tdQrdQ(i), tdQrdQ(i + 1), tdQrdQ(i + 2), tdQrdQ(i + 3));
+      }
+    }
   }
-  static __device__ __forceinline__ float* fragment_pair(float* tile, int i) {
-    return fragment_pair(tile, i, threadIdx.x);
+
+  // Where the group of values i .. i + kVec - 1 (i a multiple of kVec) of thread's fragment lives in
+  // the accumulator tile that starts at tile (thread: of the dQ MMA's kThreads, which may be one
+  // warpgroup of a larger CTA). The offset is linear: its constant part, added last, becomes the
+  // instruction's immediate offset.
+  static __device__ __forceinline__ float* fragment_group(float* tile, int i, int thread) {
+    return (tile + dq_fragment_offset(0, thread, kThreads, kVec)) + dq_fragment_offset(i / kVec, 0, kThreads, kVec);
   }
 
   // A CTA-wide barrier (__syncthreads) that hands on the turn of a tile added before it: every
@@ -126,12 +149,14 @@ __device__ __forceinline__ void write_kv_tile(TiledMma const& tiled_mma, TensorA
 
 // dQ = ds_scale() * dQ accumulator, from tiles added in fragment order (DqAccumulator). grid
 // (ceil_div(seqlen_q, kBlockM), batch, heads), Traits::kDqThreads threads (the dQ MMA's). A thread
-// reads 8 consecutive floats of the tile at a time (two 16-byte loads): pair i of four consecutive threads
-// of the main kernel, starting at a multiple of 4 (a quad), which hold 8 consecutive columns of one
-// row, starting at a multiple of 8 (tests/cpp checks it for every TiledMmadQ); the dQ MMA partition
-// of the quad's first thread gives the row and column. Converted, they go to a row-major shared
-// tile (rows padded by 16 bytes against bank conflicts), and from there to dQ by 16-byte segments,
-// consecutive threads along a row. Measured on H200 (16k tokens, hdim 128, 16 heads; 201 MB moved):
+// reads 8 consecutive floats of the tile at a time (two 16-byte loads): with pairs (kVec 2), pair i of
+// four consecutive threads of the main kernel, starting at a multiple of 4 (a quad), which hold 8
+// consecutive columns of one row, starting at a multiple of 8; with groups of 4, group i of two
+// threads, starting at an even one, whose values i, i + 1 and i + 2, i + 3 are two columns of two
+// rows, the second thread's the next two columns of the same rows (tests/cpp checks both for every
+// TiledMmadQ); the dQ MMA partition of the first thread gives the rows and column. Converted, they
+// go to a row-major shared tile (rows padded by 16 bytes against bank conflicts), and from there to
+// dQ by 16-byte segments, consecutive threads along a row. Measured on H200 (16k tokens, hdim 128, 16 heads; 201 MB moved):
 // 57 us, 3.6 TB/s; 115 us with each thread storing the pairs it read back (4- or 16-byte stores
 // spread over 8 to 32 rows a warp instruction), as the main kernel's thread had added them.
 template <class Traits>
@@ -162,24 +187,41 @@ __global__ void __launch_bounds__(Traits::kDqThreads)
     chunks[k][0] = tile[2 * chunk];
     chunks[k][1] = tile[2 * chunk + 1];
   }
-  // Chunk c = threadIdx.x + k kThreads holds slots 4 c .. 4 c + 3 of the order (dq_fragment_offset
-  // puts slot pair * kThreads + thread at float 2 slot): pair index 4 c / kThreads of threads
-  // quad .. quad + 3, the quad the same for every k.
-  static_assert(dq_fragment_offset(1, 0, kThreads) == 2 * kThreads && dq_fragment_offset(0, 1, kThreads) == 2);
-  const int quad = 4 * threadIdx.x % kThreads;
-  Tensor tdQcdQ = typename Traits::TiledMmadQ{}.get_thread_slice(quad).partition_C(
+  // Chunk c = threadIdx.x + k kThreads holds slots 8 c / kVec .. of the order (dq_fragment_offset
+  // puts slot group * kThreads + thread at float kVec slot): group 8 c / kVec / kThreads of threads
+  // first .. first + 8 / kVec - 1, the first the same for every k.
+  constexpr int kVec = Traits::kDqVec;
+  constexpr int kSlots = 8 / kVec;  // threads a chunk
+  static_assert(dq_fragment_offset(1, 0, kThreads, kVec) == kVec * kThreads &&
+                dq_fragment_offset(0, 1, kThreads, kVec) == kVec);
+  const int first = kSlots * threadIdx.x % kThreads;
+  Tensor tdQcdQ = typename Traits::TiledMmadQ{}.get_thread_slice(first).partition_C(
       make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));  // (MMA, MMA_M, MMA_K)
   const float ds_scale = params.ds_scale();
+  constexpr int kN = 16 / kVec;  // consecutive columns of a row in a chunk
+  auto store = [&](auto const& rc, cutlass::Array<float, kN> const& in) {  // converted, at (row, col)
+    cutlass::AlignedArray<Element, kN> out;
+    static_cast<cutlass::Array<Element, kN>&>(out) = cutlass::NumericArrayConverter<Element, float, kN>{}(in);
+    *reinterpret_cast<cutlass::AlignedArray<Element, kN>*>(sdQ + get<0>(rc) * kRowElems + get<1>(rc)) = out;
+  };
 #pragma unroll
   for (int k = 0; k < kIters; ++k) {
-    const auto rc = tdQcdQ(2 * (4 * (threadIdx.x + k * kThreads) / kThreads));
-    cutlass::Array<float, 8> in;
+    const int group = kSlots * (threadIdx.x + k * kThreads) / kThreads;
     float const* values = reinterpret_cast<float const*>(chunks[k]);
+    if constexpr (kVec == 2) {  // 8 columns of a row
+      cutlass::Array<float, kN> in;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) in[j] = values[j] * ds_scale;
-    cutlass::AlignedArray<Element, 8> out;
-    static_cast<cutlass::Array<Element, 8>&>(out) = cutlass::NumericArrayConverter<Element, float, 8>{}(in);
-    *reinterpret_cast<cutlass::AlignedArray<Element, 8>*>(sdQ + get<0>(rc) * kRowElems + get<1>(rc)) = out;
+      for (int j = 0; j < 8; ++j) in[j] = values[j] * ds_scale;
+      store(tdQcdQ(2 * group), in);
+    } else {  // 4 columns of two rows: values 0, 1, 4, 5 and 2, 3, 6, 7
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        cutlass::Array<float, kN> in;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) in[j] = values[j / 2 * 4 + 2 * r + j % 2] * ds_scale;
+        store(tdQcdQ(4 * group + 2 * r), in);
+      }
+    }
   }
   __syncthreads();
   // head_dim is a multiple of 8 (csrc/glue.cpp): a segment's columns are all inside it or all past it.

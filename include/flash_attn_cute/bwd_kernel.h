@@ -72,7 +72,8 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});               // (kBlockN, kHeadDim)
   Tensor sP = make_tensor(sV.data() + (Traits::kVInRegs ? 0 : size(sV)), typename Traits::SmemLayoutPdS{});  // (kBlockM, kBlockN)
   Tensor sdS = make_tensor(sP.data() + size(sP), typename Traits::SmemLayoutPdS{});             // (kBlockM, kBlockN)
-  DqAccumulator<kBlockM, kHeadDim, Traits::kNWarps> dq_accum{reinterpret_cast<DqHandOn*>(smem + Traits::kSmemDQHandOnOffset)};
+  DqAccumulator<kBlockM, kHeadDim, Traits::kNWarps, Traits::kDqVec> dq_accum{
+      reinterpret_cast<DqHandOn*>(smem + Traits::kSmemDQHandOnOffset)};
   dq_accum.init(dq_next_key_block(n_block, n_count, rotated));
   Tensor sQt = make_tensor(sQ.data(), typename Traits::SmemLayoutQt{});                         // (kHeadDim, kBlockM)
   Tensor sdOt = make_tensor(sdO.data(), typename Traits::SmemLayoutQt{});                       // (kHeadDim, kBlockM)

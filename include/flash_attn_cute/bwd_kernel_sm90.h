@@ -1,7 +1,8 @@
 // The Hopper backward (sm_90a warpgroup MMAs), plain, score-mod (softcap, ALiBi, any window) and
 // dropout variants, which non-deterministic calls take on compute capability 9.0 (dispatch.cpp,
 // bwd_takes_sm90).
-// One CTA per (key block of kBlockN = 128 keys, batch, KV head), two warpgroups of 64 keys each;
+// One CTA per (key block of kBlockN = 128 keys, batch, KV head), two warpgroups of 64 keys each
+// (past head dim 128: 64 keys, the warpgroups splitting head_dim, bwd_sm90_block_n);
 // K and V stay in shared memory, dK and dV in registers, while the CTA walks the query row blocks
 // (kBlockM rows: 128 up to head dim 64, 64 above) of every query head of its KV head's group:
 //   S^T = K Q^T, dP^T = V dO^T          (warpgroup MMAs from shared memory: rows are keys)
@@ -23,6 +24,8 @@
 // Dropout's mask follows a queries-by-keys accumulator's lanes (dropout.h), so the dropout variant
 // computes S = Q K^T and dP = dO V^T with queries as rows, applies the SM80 backward's score
 // transforms to them, and takes P^T and dS^T to dV and dK through shared memory (bwd_step_rows).
+// Past head dim 128 every variant takes that step: with 64 keys a CTA, the key-rows MMAs would give
+// one warpgroup all of S^T and dP^T, and dV's and dK's head_dim halves each need all of P^T and dS^T.
 #pragma once
 
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
@@ -80,30 +83,52 @@ constexpr int bwd_sm90_block_m(int head_dim, Variant variant, Sm90BwdCap cap = S
   return head_dim <= 64 && (variant != Variant::kScoreMods || cap != Sm90BwdCap::kCapAlibi) ? 128 : 64;
 }
 
+// Keys per CTA: 128 up to head dim 128, 64 per warpgroup, each holding dK and dV of its own keys.
+// Past 128, dK and dV of 64 keys take both warpgroups' registers (128 each at head dim 256), so
+// the CTA takes 64 keys and the warpgroups split head_dim in dK, dV and dQ (kSplitHeadDim); such
+// kernels take every step with queries as rows (bwd_step_rows), each warpgroup computing S and dP
+// for 32 of the keys, and P^T and dS^T go to dV and dK through shared memory.
+constexpr int bwd_sm90_block_n(int head_dim) { return head_dim <= 128 ? 128 : 64; }
+
 template <int kHeadDim_, typename Element_, int kBlockM_ = bwd_sm90_block_m(kHeadDim_, Variant::kPlain)>
 struct BwdKernelTraitsSm90 {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
-  static constexpr int kBlockN = 128;  // keys per CTA, 64 per warpgroup
+  static constexpr int kBlockN = bwd_sm90_block_n(kHeadDim);  // keys per CTA
+  static constexpr bool kSplitHeadDim = kBlockN == 64;
   static constexpr int kNThreads = 256;
   static constexpr int kNWarps = kNThreads / 32;
   static_assert(kHeadDim % 32 == 0, "64- or 128-byte swizzled rows (GmmaSmemAtomK)");
+  // The swizzle of Q, dO, K and V: their MN-major reads (dO^T, Q^T, K^T) start each warpgroup's half
+  // of head_dim at a swizzle atom where kSplitHeadDim (at 192, 96 columns: 64-byte atoms).
+  static constexpr int kSwizzleCols = kSplitHeadDim ? kHeadDim / 2 : kHeadDim;
 
-  using KeysLayout = Layout<Shape<_2, _1, _1>>;  // the warpgroups split the keys (M)
+  // The warpgroups split the keys (M); where kSplitHeadDim, one warpgroup's worth of keys (the
+  // key-rows MMAs below are then not used).
+  using KeysLayout = Layout<Shape<Int<kBlockN / 64>, _1, _1>>;
   // S^T = K Q^T and dP^T = V dO^T: (M, N, K) = (keys, queries, head_dim) of one warpgroup.
   using TiledMmaSdP = decltype(make_tiled_mma(
       SM90::GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockM>, Int<kHeadDim>>>(), KeysLayout{}));
-  // dV += P^T dO and dK += dS^T Q: (keys, head_dim, queries), A from registers, B read MN-major.
-  using TiledMmadKV = decltype(make_tiled_mma(
-      SM90::GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>,
-                                 SM90::GMMA::Major::K, SM90::GMMA::Major::MN>(),
-      KeysLayout{}));
+  // dV += P^T dO and dK += dS^T Q: (keys, head_dim, queries), B read MN-major; A from registers
+  // (bwd_step), or read MN-major from shared memory (bwd_step_rows: TiledMmadKVSmem), which is the
+  // one form where kSplitHeadDim (its warpgroups then split head_dim, N).
+  static constexpr int kDkvSplit = kSplitHeadDim ? 2 : 1;
+  using DkvAtomShape = Shape<_64, Int<kHeadDim / kDkvSplit>, Int<kBlockM>>;
+  using DkvLayout = Layout<Shape<Int<kBlockN / 64>, Int<kDkvSplit>, _1>>;
+  using TiledMmadKVSmem = decltype(make_tiled_mma(
+      SM90::GMMA::ss_op_selector<Element, Element, float, DkvAtomShape, SM90::GMMA::Major::MN, SM90::GMMA::Major::MN>(),
+      DkvLayout{}));
+  using TiledMmadKV = std::conditional_t<
+      kSplitHeadDim, TiledMmadKVSmem,
+      decltype(make_tiled_mma(SM90::GMMA::rs_op_selector<Element, Element, float, DkvAtomShape, SM90::GMMA::Major::K,
+                                                         SM90::GMMA::Major::MN>(),
+                              DkvLayout{}))>;
   // dQ = dS K: (queries, head_dim, keys); A and B read MN-major. The warpgroups split the queries (M)
-  // where there are 128, else head_dim (N): each MMA's N stays 64. At head dims 32 and 96, whose
-  // halves would start inside K's 32-column swizzle atoms, they split the keys (kDqSplitK): each
-  // warpgroup's MMA (128 threads, tidx % 128) sums its own 64 keys over the whole tile, and the two
-  // partial tiles add up in shared memory (stage_dq).
+  // where there are 128, else head_dim (N). At head dims 32 and 96, whose halves would start inside
+  // K's 32-column swizzle atoms, they split the keys (kDqSplitK): each warpgroup's MMA (128 threads,
+  // tidx % 128) sums its own 64 keys over the whole tile, and the two partial tiles add up in shared
+  // memory (stage_dq).
   static constexpr bool kDqSplitM = kBlockM == 128;
   static constexpr bool kDqSplitK = !kDqSplitM && kHeadDim % 64 != 0;
   using DqLayout = std::conditional_t<kDqSplitM, Layout<Shape<_2, _1, _1>>,
@@ -118,10 +143,10 @@ struct BwdKernelTraitsSm90 {
   // Q and dO: (kBlockM, kHeadDim, slot); K, V: (kBlockN, kHeadDim); dS^T: (kBlockN, kBlockM), its
   // rows keys. The transposed views: (kHeadDim, kBlockM, slot) of Q and dO, (kHeadDim, kBlockN) of
   // K, and (kBlockM, kBlockN) of dS^T.
-  using SmemLayoutQ = decltype(tile_to_shape(GmmaSmemAtomK<Element, kHeadDim>{}, Shape<Int<kBlockM>, Int<kHeadDim>, _2>{}));
+  using SmemLayoutQ = decltype(tile_to_shape(GmmaSmemAtomK<Element, kSwizzleCols>{}, Shape<Int<kBlockM>, Int<kHeadDim>, _2>{}));
   using SmemLayoutQt = decltype(composition(
       SmemLayoutQ{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, _2>{}, Step<_2, _1, _3>{})));
-  using SmemLayoutKV = decltype(tile_to_shape(GmmaSmemAtomK<Element, kHeadDim>{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  using SmemLayoutKV = decltype(tile_to_shape(GmmaSmemAtomK<Element, kSwizzleCols>{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   using SmemLayoutKt = decltype(composition(SmemLayoutKV{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
   using SmemLayoutdSt = decltype(tile_to_shape(GmmaSmemAtomK<Element, kBlockM>{}, Shape<Int<kBlockN>, Int<kBlockM>>{}));
   using SmemLayoutdS = decltype(composition(SmemLayoutdSt{}, make_layout(Shape<Int<kBlockM>, Int<kBlockN>>{}, GenRowMajor{})));
@@ -132,25 +157,26 @@ struct BwdKernelTraitsSm90 {
   static constexpr int kSmemdSElems = cosize_v<SmemLayoutdSt>;
   // Q x 2, dO x 2, K, V, dS^T, then the fp32 LSE (log2 units) and D of each slot.
   static constexpr int kSmemLseDOffset = (2 * kSmemQElems + 2 * kSmemKVElems + kSmemdSElems) * int(sizeof(Element));
-  // Then dQ's tile image, fp32 in fragment order (DqAccum), 128-byte aligned for the bulk reduction.
+  // Then dQ's tile image, fp32 in fragment order (DqAccum), 128-byte aligned for the bulk reduction,
+  // where it fits beside the rest (kDqViaSmem): not at head dim 256, whose CTAs add their dQ
+  // fragments to the accumulator with atomics, as the SM80 backward does.
   static constexpr int kSmemdQOffset = (kSmemLseDOffset + 2 * 2 * kBlockM * int(sizeof(float)) + 127) / 128 * 128;
   static constexpr int kDqTileBytes = kBlockM * kHeadDim * int(sizeof(float));
-  static constexpr int kSmemBytes = kSmemdQOffset + kDqTileBytes;
-  static_assert(kSmemBytes <= 227 * 1024);
+  static constexpr int kPBytes = kSmemdSElems * int(sizeof(Element));  // bwd_step_rows' P, below
+  static constexpr bool kDqViaSmem =
+      (kSmemdQOffset + kDqTileBytes + 1023) / 1024 * 1024 + (kSplitHeadDim ? kPBytes : 0) <= 227 * 1024;
+  static_assert(kDqViaSmem || kSplitHeadDim);
+  static constexpr int kSmemBytes = kSmemdQOffset + (kDqViaSmem ? kDqTileBytes : 0);
 
-  // The dropout variant (bwd_step_rows): S = Q K^T and dP = dO V^T with queries as rows, (queries,
-  // keys, head_dim), the warpgroups split the keys (N). P and dS go to shared memory as (queries,
-  // keys) with keys contiguous, so that the accumulator's pairs of adjacent keys store as 32-bit
-  // words: dS in dS^T's buffer, P in one of its own after the rest (1024-byte aligned for the MMAs'
-  // swizzle). dV += P^T dO and dK += dS^T Q read them transposed (A MN-major), dQ = dS K as is (A
+  // The dropout variant's and kSplitHeadDim's step (bwd_step_rows): S = Q K^T and dP = dO V^T with
+  // queries as rows, (queries, keys, head_dim), the warpgroups split the keys (N). P and dS go to
+  // shared memory as (queries, keys) with keys contiguous, so that the accumulator's pairs of
+  // adjacent keys store as 32-bit words: dS in dS^T's buffer, P in one of its own after the rest
+  // (1024-byte aligned for the MMAs' swizzle). dV += P^T dO and dK += dS^T Q read them transposed (A MN-major), dQ = dS K as is (A
   // K-major; its C layout, which the dQ tile's fragment order follows, is TiledMmadQ's).
   using TiledMmaSdPRows = decltype(make_tiled_mma(
-      SM90::GMMA::ss_op_selector<Element, Element, float, Shape<Int<kBlockM>, _64, Int<kHeadDim>>>(),
+      SM90::GMMA::ss_op_selector<Element, Element, float, Shape<Int<kBlockM>, Int<kBlockN / 2>, Int<kHeadDim>>>(),
       Layout<Shape<_1, _2, _1>>{}));
-  using TiledMmadKVSmem = decltype(make_tiled_mma(
-      SM90::GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>,
-                                 SM90::GMMA::Major::MN, SM90::GMMA::Major::MN>(),
-      KeysLayout{}));
   using TiledMmadQRows = decltype(make_tiled_mma(
       SM90::GMMA::ss_op_selector<Element, Element, float, DqAtomShape, SM90::GMMA::Major::K, SM90::GMMA::Major::MN>(),
       DqLayout{}));
@@ -158,8 +184,8 @@ struct BwdKernelTraitsSm90 {
   using SmemLayoutPdSRowsT = decltype(composition(SmemLayoutPdSRows{}, make_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, GenRowMajor{})));
   static_assert(cosize_v<SmemLayoutPdSRows> == cosize_v<SmemLayoutdSt>);
   static constexpr int kSmemPOffset = (kSmemBytes + 1023) / 1024 * 1024;
-  static constexpr int kSmemBytesDropout = kSmemPOffset + kSmemdSElems * int(sizeof(Element));
-  static_assert(kSmemBytesDropout <= 227 * 1024);
+  static constexpr int kSmemBytesRows = kSmemPOffset + kPBytes;
+  static_assert(kSmemBytesRows <= 227 * 1024);
 
   using GmemTiledCopy = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyAsync;
   using GmemTiledCopyOut = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyStore;
@@ -167,7 +193,9 @@ struct BwdKernelTraitsSm90 {
   // dQ's tiles in the accumulator: kBlockM rows of one row block, which the accumulator's padding
   // (bwd_api.cpp: whole SM80 row blocks per sequence) holds whole.
   static constexpr int kDqThreads = kDqSplitK ? 128 : kNThreads;  // the dQ MMA's, whose fragment order the tiles take
-  using DqAccum = DqAccumulator<kBlockM, kHeadDim, kDqThreads / 32>;
+  // Groups of 4 where the fragments go out by atomics (16-byte reductions), else pairs.
+  static constexpr int kDqVec = kDqViaSmem ? 2 : 4;
+  using DqAccum = DqAccumulator<kBlockM, kHeadDim, kDqThreads / 32, kDqVec>;
   static_assert(bwd_tile_shape(kHeadDim).block_m % kBlockM == 0, "the accumulator's row blocks hold whole tiles");
   static_assert(dq_accum_row_floats(kHeadDim) == kHeadDim, "a tile's rows are contiguous");
 };
@@ -317,9 +345,18 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   // Stores a dQ tile's fragment into sdQ (the whole tile: rows past seqlen_q and columns past
   // head_dim add 0, as P = 0 and K's columns are zeros there) for the next step's add_pending_dq.
   // Split by keys, warpgroup 0 stores its partial tile and warpgroup 1 adds its own to it.
+  // Without kDqViaSmem, the fragment goes straight into the accumulator tile (DqAccumulator's atomics).
   auto stage_dq = [&](auto const& acc_dq, int bidh, int m_start) {
+    auto tile = [&] {
+      return params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
+             index_t(m_start) * params.dq_accum_row_stride;
+    };
+    if constexpr (!Traits::kDqViaSmem) {
+      Traits::DqAccum::add_fragment(acc_dq, tile(), dq_thread);
+      return;
+    }
     constexpr int kDqSumBarrier = 1;
-    auto pair = [&](int i) { return reinterpret_cast<float2*>(Traits::DqAccum::fragment_pair(sdQ, i, dq_thread)); };
+    auto pair = [&](int i) { return reinterpret_cast<float2*>(Traits::DqAccum::fragment_group(sdQ, i, dq_thread)); };
     if (Traits::kDqSplitK && tidx >= 128) {
       named_barrier_sync(kDqSumBarrier, 256);  // warpgroup 0's stores are done
 #pragma unroll
@@ -332,8 +369,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
       for (int i = 0; i < size(acc_dq); i += 2) *pair(i) = make_float2(acc_dq(i), acc_dq(i + 1));
       if (Traits::kDqSplitK) named_barrier_arrive(kDqSumBarrier, 256);
     }
-    dq_pending = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
-                 index_t(m_start) * params.dq_accum_row_stride;
+    dq_pending = tile();
   };
 
   // One query row block of head bidh; its Q, dO, LSE and D are in flight into `slot`.
@@ -417,8 +453,9 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     warpgroup_mma_done(acc_dv, acc_dk, tdVrP, tdKrdS);  // before the next step reuses Q's slot and these registers
   };
 
-  // The dropout variant's step (see the top of the file): S and dP with queries as rows, the SM80
-  // backward's score transforms and mask, P^T and dS^T through shared memory.
+  // The dropout variant's step, and every step where kSplitHeadDim (see the top of the file): S and
+  // dP with queries as rows, the SM80 backward's score transforms and mask, P^T and dS^T through
+  // shared memory.
   auto bwd_step_rows = [&](int bidh, int m_block, int slot, auto is_masked, bool has_next, int next_bidh,
                            int next_m_block) {
     const int m_start = m_block * kBlockM;
@@ -431,38 +468,41 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     wgmma_issue<true>(mma_sdp_rows, tSrQ_slot, tSrKr, tSrS);
     wgmma_issue<true>(mma_sdp_rows, tdPrdO_slot, tdPrVr, tdPrdP);
     if (has_next) load_step(next_bidh, next_m_block, slot ^ 1);  // while the MMAs run (bwd_step)
-    // This thread's rows' LSE (log2 units) and D (times 1 - p: bwd_kernel.h's dropout note).
+    // This thread's rows' LSE (log2 units) and D (with dropout times 1 - p: bwd_kernel.h's dropout note).
     Tensor lse_log2 = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
     Tensor dsum = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
 #pragma unroll
     for (int mi = 0; mi < kRowsPerThread; ++mi) {
       const int row = get<0>(tScSr_rc(mi, 0));
       lse_log2(mi) = sLseD[slot * 2 * kBlockM + row] * float(M_LOG2E);
-      dsum(mi) = sLseD[slot * 2 * kBlockM + kBlockM + row] * (1.f - params.dropout.p);
+      dsum(mi) = sLseD[slot * 2 * kBlockM + kBlockM + row] * (Is_dropout ? 1.f - params.dropout.p : 1.f);
     }
-    [[maybe_unused]] const float alibi_slope = params.alibi_slope_scaled(bidb, bidh);
+    [[maybe_unused]] const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
     // Dropout's words depend on the coordinates alone: drawn while the MMAs run.
-    const auto dropout_words = draw_dropout_words_before_wait<true>(
+    [[maybe_unused]] const auto dropout_words = draw_dropout_words_before_wait<Is_dropout>(
         dropout_rng, tScSr_blocks, uint32_t(bidb * params.heads + bidh), m_start, int(n_start));
     warpgroup_mma_done(tSrS, tdPrdP);
     if constexpr (kCap != Sm90BwdCap::kNone) apply_softcap(tSrS, params.softcap);
-    if (params.alibi_slopes) {
+    if (has_alibi) {
       apply_alibi(tSrS, tScSr, m_start, int(n_start), binfo.seqlen_q, binfo.seqlen_k, alibi_causal_form(window),
                   alibi_slope);
     }
     if constexpr (decltype(is_masked)::value) mask.apply(tSrS, tScSr, m_start, int(n_start));
     Tensor tSrS_rc = make_tensor(tSrS.data(), acc_layout_rowcol(tSrS.layout()));  // (rows, cols)
     probs_from_lse(tSrS_rc, lse_log2, params.softmax_scale_log2);
-    Tensor tSrS_blocks = make_tensor(tSrS.data(), acc_layout_mma_blocks(tSrS.layout()));  // ((2, 2), MMA_M, N / 8)
-    negate_dropped(tSrS_blocks, dropout_words, dropout_rng.threshold);
+    if constexpr (Is_dropout) {
+      Tensor tSrS_blocks = make_tensor(tSrS.data(), acc_layout_mma_blocks(tSrS.layout()));  // ((2, 2), MMA_M, N / 8)
+      negate_dropped(tSrS_blocks, dropout_words, dropout_rng.threshold);
+    }
     Tensor tdPrdP_rc = make_tensor(tdPrdP.data(), acc_layout_rowcol(tdPrdP.layout()));  // (rows, cols)
-    dscores<true>(tdPrdP_rc, tSrS_rc, dsum);
+    dscores<Is_dropout>(tdPrdP_rc, tSrS_rc, dsum);
     if constexpr (kCap != Sm90BwdCap::kNone) {
-      softcap_dscores<true>(tdPrdP_rc, tSrS_rc, lse_log2, params.softmax_scale_log2, tScSr, m_start, int(n_start),
-                            binfo.seqlen_q, binfo.seqlen_k, alibi_causal_form(window), alibi_slope);
+      softcap_dscores<Is_dropout>(tdPrdP_rc, tSrS_rc, lse_log2, params.softmax_scale_log2, tScSr, m_start,
+                                  int(n_start), binfo.seqlen_q, binfo.seqlen_k, alibi_causal_form(window),
+                                  alibi_slope);
     }
     Tensor rP = convert_type<Element>(tSrS);
-    relu_pairs(rP);
+    if constexpr (Is_dropout) relu_pairs(rP);
     Tensor rdS = convert_type<Element>(tdPrdP);
     copy(copy_pds_rows, copy_pds_rows.get_thread_slice(tidx).retile_S(rP), tPsP);
     copy(copy_pds_rows, copy_pds_rows.get_thread_slice(tidx).retile_S(rdS), tPsdS);
@@ -470,11 +510,20 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     cutlass::arch::fence_view_async_shared();
     __syncthreads();  // P^T and dS^T are in shared memory
     // dV, dQ, then dK; dQ's stores into sdQ run while dK's MMAs do (the groups complete in order).
-    wgmma_issue<false>(mma_dkv_smem, tdVsPt, tdVrdOt(_, _, _, slot), acc_dv);
+    // Where kSplitHeadDim, dQ first: its stores (at 256 its atomics) run while dV's and dK's MMAs do
+    // (session 57, H200: at 256 2-6 % faster, at 192 the same).
     Tensor acc_dq = partition_fragment_C(mma_dq_rows, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // (MMA, MMA_M, MMA_N)
-    wgmma_issue<true>(mma_dq_rows, tdQsdS, tdQsKt, acc_dq);
-    wgmma_issue<false>(mma_dkv_smem, tdKsdSt, tdKrQt(_, _, _, slot), acc_dk);
-    warpgroup_wait<1>();
+    if constexpr (!Traits::kSplitHeadDim) {
+      wgmma_issue<false>(mma_dkv_smem, tdVsPt, tdVrdOt(_, _, _, slot), acc_dv);
+      wgmma_issue<true>(mma_dq_rows, tdQsdS, tdQsKt, acc_dq);
+      wgmma_issue<false>(mma_dkv_smem, tdKsdSt, tdKrQt(_, _, _, slot), acc_dk);
+      warpgroup_wait<1>();
+    } else {
+      wgmma_issue<true>(mma_dq_rows, tdQsdS, tdQsKt, acc_dq);
+      wgmma_issue<false>(mma_dkv_smem, tdVsPt, tdVrdOt(_, _, _, slot), acc_dv);
+      wgmma_issue<false>(mma_dkv_smem, tdKsdSt, tdKrQt(_, _, _, slot), acc_dk);
+      warpgroup_wait<2>();
+    }
     warpgroup_fence_operand(acc_dq);
     stage_dq(acc_dq, bidh, m_start);
     warpgroup_mma_done(acc_dv, acc_dk);  // before the next step reuses Q's slot, P^T and dS^T
@@ -500,7 +549,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
         const int next_bidh = last_of_head ? bidh + 1 : bidh;
         const int next_m_block = last_of_head ? range.m_block_min : m_block + 1;
         auto step = [&](auto is_masked) {
-          if constexpr (Is_dropout) {
+          if constexpr (Is_dropout || Traits::kSplitHeadDim) {
             bwd_step_rows(bidh, m_block, slot, is_masked, has_next, next_bidh, next_m_block);
           } else {
             bwd_step(bidh, m_block, slot, is_masked, has_next, next_bidh, next_m_block);
@@ -551,7 +600,8 @@ template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVa
 cudaError_t launch_bwd_sm90(BwdParams const& params, cudaStream_t stream) {
   using Traits =
       BwdKernelTraitsSm90<kHeadDim, typename ElementOf<kDType>::type, bwd_sm90_block_m(kHeadDim, kVariant, kCap)>;
-  constexpr int kSmemBytes = kVariant == Variant::kDropout ? Traits::kSmemBytesDropout : Traits::kSmemBytes;
+  constexpr int kSmemBytes =
+      kVariant == Variant::kDropout || Traits::kSplitHeadDim ? Traits::kSmemBytesRows : Traits::kSmemBytes;
   const int64_t ctas = int64_t(ceil_div(params.seqlen_k, Traits::kBlockN)) * params.batch * params.heads_k;
   if (ctas > INT32_MAX) return cudaErrorInvalidConfiguration;
   return launch_bwd_passes<Traits>(flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kCap>,

@@ -63,6 +63,7 @@ struct BwdKernelTraits {
   static constexpr int kNWarps = kTile.n_warps;
   static constexpr int kNThreads = kNWarps * 32;
   static constexpr int kDqThreads = kNThreads;  // the dQ MMA's (bwd_convert_dq_fragments_kernel)
+  static constexpr int kDqVec = 2;              // and its fragment order's groups (dq_fragment_offset)
   static constexpr int kQSlots = kTile.q_slots;
   static_assert(kHeadDim % 32 == 0 && (kQSlots == 1 || kQSlots == 2));
 

@@ -762,19 +762,20 @@ void check_dq_fragment(std::string const& where) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kThreads = Traits::kDqThreads;
   constexpr int kFloats = kBlockM * D;
+  constexpr int kVec = Traits::kDqVec;  // values a group
 
-  CHECK(kFloats % (2 * kThreads) == 0, where + ": dQ tile not a whole number of pairs per thread");
+  CHECK(kFloats % (kVec * kThreads) == 0, where + ": dQ tile not a whole number of groups per thread");
   CHECK(kFloats <= kBlockM * dq_accum_row_floats(D), where + ": fragment order overflows the tile's rows");
   std::vector<int> seen(kFloats, 0);
-  for (int pair = 0; pair < kFloats / (2 * kThreads); ++pair) {
+  for (int group = 0; group < kFloats / (kVec * kThreads); ++group) {
     for (int warp = 0; warp < kThreads / 32; ++warp) {
-      const int first = dq_fragment_offset(pair, 32 * warp, kThreads);
+      const int first = dq_fragment_offset(group, 32 * warp, kThreads, kVec);
       for (int lane = 0; lane < 32; ++lane) {
-        const int offset = dq_fragment_offset(pair, 32 * warp + lane, kThreads);
-        CHECK_EQ(offset, first + 2 * lane, where + fmt(": pair %d warp %d lane %d not contiguous", pair, warp, lane));
-        if (offset >= 0 && offset + 1 < kFloats) {
-          ++seen[offset];
-          ++seen[offset + 1];
+        const int offset = dq_fragment_offset(group, 32 * warp + lane, kThreads, kVec);
+        CHECK_EQ(offset, first + kVec * lane,
+                 where + fmt(": group %d warp %d lane %d not contiguous", group, warp, lane));
+        for (int v = 0; v < kVec; ++v) {
+          if (offset >= 0 && offset + v < kFloats) ++seen[offset + v];
         }
       }
     }
@@ -806,14 +807,22 @@ void check_dq_fragment(std::string const& where) {
     CHECK_EQ(covered[f], 1, where + fmt(": (row %d, col %d) in %d fragments", f / D, f % D, covered[f]));
     if (covered[f] != 1) break;
   }
-  for (int q = 0; q < kThreads; q += 4) {
-    auto quad = mma_dq.get_thread_slice(q).partition_C(make_identity_tensor(tile_mk));
-    for (int i = 0; i < size(acc); i += 2) {
-      const int row = get<0>(quad(i)), col = get<1>(quad(i));
-      for (int t = 0; t < 4; ++t) {
-        auto coords = mma_dq.get_thread_slice(q + t).partition_C(make_identity_tensor(tile_mk));
-        CHECK(get<0>(coords(i)) == row && get<1>(coords(i)) == col + 2 * t && col % 8 == 0,
-              where + fmt(": pair %d of threads %d .. %d not 8 columns of a row", i / 2, q, q + 3));
+  // What bwd_convert_dq_fragments_kernel reads as 8 consecutive floats: pairs, group i of threads
+  // q .. q + 3 (q a multiple of 4) holds 8 columns of a row, from a multiple of 8; groups of 4, values
+  // i, i + 1 of threads q, q + 1 (q even) hold 4 columns of a row, from a multiple of 4, and values
+  // i + 2, i + 3 the same columns of another row.
+  constexpr int kSlots = 8 / kVec;
+  for (int q = 0; q < kThreads; q += kSlots) {
+    auto lead = mma_dq.get_thread_slice(q).partition_C(make_identity_tensor(tile_mk));
+    for (int i = 0; i < size(acc); i += kVec) {
+      for (int h = 0; h < kVec / 2; ++h) {
+        const int row = get<0>(lead(i + 2 * h)), col = get<1>(lead(i + 2 * h));
+        for (int t = 0; t < kSlots; ++t) {
+          auto coords = mma_dq.get_thread_slice(q + t).partition_C(make_identity_tensor(tile_mk));
+          CHECK(get<0>(coords(i + 2 * h)) == row && get<1>(coords(i + 2 * h)) == col + 2 * t && col % (2 * kSlots) == 0 &&
+                    get<1>(lead(i + 2 * h)) == get<1>(lead(i)),
+                where + fmt(": group %d of threads %d .. %d not the converter's columns", i / kVec, q, q + kSlots - 1));
+        }
       }
     }
   }
@@ -869,6 +878,9 @@ void test_dq_fragment() {
       "Hopper bwd hdim 96, dropout");
   check_dq_rows_fragment<BwdKernelTraitsSm90<128, cutlass::bfloat16_t, bwd_sm90_block_m(128, Variant::kDropout)>>(
       "Hopper bwd hdim 128, dropout");
+  // Past 128 every step has queries as rows (kSplitHeadDim).
+  check_dq_rows_fragment<BwdKernelTraitsSm90<192, cutlass::bfloat16_t>>("Hopper bwd hdim 192");
+  check_dq_rows_fragment<BwdKernelTraitsSm90<256, cutlass::half_t>>("Hopper bwd hdim 256");
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1437,6 +1449,9 @@ void test_dropout_layout() {
   check_dropout_fragments_sm90<Sm90Bwd64::TiledMmaSdPRows, Sm90Bwd64::kBlockM, Sm90Bwd64::kBlockN>("sm90 bwd S hdim 64");
   check_dropout_fragments_sm90<Sm90Bwd128::TiledMmaSdPRows, Sm90Bwd128::kBlockM, Sm90Bwd128::kBlockN>(
       "sm90 bwd S hdim 128");
+  using Sm90Bwd256 = BwdKernelTraitsSm90<256, cutlass::bfloat16_t, bwd_sm90_block_m(256, Variant::kDropout)>;
+  check_dropout_fragments_sm90<Sm90Bwd256::TiledMmaSdPRows, Sm90Bwd256::kBlockM, Sm90Bwd256::kBlockN>(
+      "sm90 bwd S hdim 256 (32 keys a warpgroup)");
   check_dropout_fragments_hdim<32>();
   check_dropout_fragments_hdim<64>();
   check_dropout_fragments_hdim<96>();
