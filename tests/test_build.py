@@ -74,9 +74,10 @@ def test_generated_sources_hold_each_listed_instantiation_once(features, tmp_pat
     assert len(bwd_small) == 2 * 2 * variants
     assert sorted(s.name for s in fwd_small) == sorted(
         f"fwd_small_{d}_hdim256{v}.cu" for d in ("bf16", "fp16") for v in ("", "_mods", "_dropout")[:variants])
-    # The Hopper backward: every variant, head dim 64 of the two built here, per dtype.
+    # The Hopper backward: every variant, both head dims built here, per dtype.
     assert sorted(s.name for s in bwd_sm90) == sorted(
-        f"bwd_sm90_{d}_hdim64{v}.cu" for d in ("bf16", "fp16") for v in ("", "_mods", "_dropout")[:variants])
+        f"bwd_sm90_{d}_hdim{h}{v}.cu" for d in ("bf16", "fp16") for h in (64, 256)
+        for v in ("", "_mods", "_dropout")[:variants])
     for pass_ in ("fwd", "bwd"):
         compiled = []
         for src in sources:
