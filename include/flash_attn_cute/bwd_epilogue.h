@@ -51,10 +51,9 @@ __device__ __forceinline__ int load_acquire(int const* ptr) {
 // thread t's fragment at floats 2 (i kThreads + t), so each warp's reduction covers 256 contiguous
 // bytes (two cache lines, where the MMA layout's rows would touch eight; kVec 4, the Hopper backward
 // at head dim 256: four floats, 512 bytes), and bwd_convert_dq_fragments_kernel reads the tile back
-// in that order. (Measured on H200, bf16
-// backward vs FA2: 1.10x and 1.15x at head dims 64 and 128, against 1.02x and 1.10x with one sm_90
-// bulk reduction per warp from a shared-memory staging tile; 1.06x at 256, against 0.92x with the
-// atomics in the MMA layout's rows.)
+// in that order. (Measured on H200, bf16 backward vs FA2: 1.10x and 1.15x at head dims 64 and 128,
+// against 1.02x and 1.10x with one sm_90 bulk reduction per warp from a shared-memory staging tile;
+// 1.06x at 256, against 0.92x with the atomics in the MMA layout's rows.)
 // Deterministic (a counter per (batch, head, row block) that holds the key block whose turn it is,
 // block_info.h): thread 0 reads the row block's counter at the start of the step (poll_turn), so
 // that only its warp stalls on the round trip to memory while the other warps compute, and waits
@@ -156,9 +155,10 @@ __device__ __forceinline__ void write_kv_tile(TiledMma const& tiled_mma, TensorA
 // rows, the second thread's the next two columns of the same rows (tests/cpp checks both for every
 // TiledMmadQ); the dQ MMA partition of the first thread gives the rows and column. Converted, they
 // go to a row-major shared tile (rows padded by 16 bytes against bank conflicts), and from there to
-// dQ by 16-byte segments, consecutive threads along a row. Measured on H200 (16k tokens, hdim 128, 16 heads; 201 MB moved):
-// 57 us, 3.6 TB/s; 115 us with each thread storing the pairs it read back (4- or 16-byte stores
-// spread over 8 to 32 rows a warp instruction), as the main kernel's thread had added them.
+// dQ by 16-byte segments, consecutive threads along a row. Measured on H200 (16k tokens, hdim 128,
+// 16 heads; 201 MB moved): 57 us, 3.6 TB/s; 115 us with each thread storing the pairs it read back
+// (4- or 16-byte stores spread over 8 to 32 rows a warp instruction), as the main kernel's thread
+// had added them.
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kDqThreads)
     bwd_convert_dq_fragments_kernel(__grid_constant__ const BwdParams params) {

@@ -172,8 +172,9 @@ struct BwdKernelTraitsSm90 {
   // queries as rows, (queries, keys, head_dim), the warpgroups split the keys (N). P and dS go to
   // shared memory as (queries, keys) with keys contiguous, so that the accumulator's pairs of
   // adjacent keys store as 32-bit words: dS in dS^T's buffer, P in one of its own after the rest
-  // (1024-byte aligned for the MMAs' swizzle). dV += P^T dO and dK += dS^T Q read them transposed (A MN-major), dQ = dS K as is (A
-  // K-major; its C layout, which the dQ tile's fragment order follows, is TiledMmadQ's).
+  // (1024-byte aligned for the MMAs' swizzle). dV += P^T dO and dK += dS^T Q read them transposed
+  // (A MN-major), dQ = dS K as is (A K-major; its C layout, which the dQ tile's fragment order
+  // follows, is TiledMmadQ's).
   using TiledMmaSdPRows = decltype(make_tiled_mma(
       SM90::GMMA::ss_op_selector<Element, Element, float, Shape<Int<kBlockM>, Int<kBlockN / 2>, Int<kHeadDim>>>(),
       Layout<Shape<_1, _2, _1>>{}));
@@ -186,6 +187,8 @@ struct BwdKernelTraitsSm90 {
   static constexpr int kSmemPOffset = (kSmemBytes + 1023) / 1024 * 1024;
   static constexpr int kSmemBytesRows = kSmemPOffset + kPBytes;
   static_assert(kSmemBytesRows <= 227 * 1024);
+  // Whether a kernel of this variant takes bwd_step_rows, and so kSmemBytesRows of shared memory.
+  static constexpr bool rows_step(Variant variant) { return variant == Variant::kDropout || kSplitHeadDim; }
 
   using GmemTiledCopy = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyAsync;
   using GmemTiledCopyOut = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyStore;
@@ -549,7 +552,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
         const int next_bidh = last_of_head ? bidh + 1 : bidh;
         const int next_m_block = last_of_head ? range.m_block_min : m_block + 1;
         auto step = [&](auto is_masked) {
-          if constexpr (Is_dropout || Traits::kSplitHeadDim) {
+          if constexpr (Traits::rows_step(kVariant)) {
             bwd_step_rows(bidh, m_block, slot, is_masked, has_next, next_bidh, next_m_block);
           } else {
             bwd_step(bidh, m_block, slot, is_masked, has_next, next_bidh, next_m_block);
@@ -600,8 +603,7 @@ template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVa
 cudaError_t launch_bwd_sm90(BwdParams const& params, cudaStream_t stream) {
   using Traits =
       BwdKernelTraitsSm90<kHeadDim, typename ElementOf<kDType>::type, bwd_sm90_block_m(kHeadDim, kVariant, kCap)>;
-  constexpr int kSmemBytes =
-      kVariant == Variant::kDropout || Traits::kSplitHeadDim ? Traits::kSmemBytesRows : Traits::kSmemBytes;
+  constexpr int kSmemBytes = Traits::rows_step(kVariant) ? Traits::kSmemBytesRows : Traits::kSmemBytes;
   const int64_t ctas = int64_t(ceil_div(params.seqlen_k, Traits::kBlockN)) * params.batch * params.heads_k;
   if (ctas > INT32_MAX) return cudaErrorInvalidConfiguration;
   return launch_bwd_passes<Traits>(flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kCap>,
