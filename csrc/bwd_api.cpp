@@ -72,8 +72,11 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   const int64_t accum_cols = dq_accum_row_floats(kernel_head_dim);
   at::Tensor dq_accum = p.varlen ? at::zeros({p.heads, accum_rows, accum_cols}, f32)
                                  : at::zeros({p.batch, p.heads, accum_rows, accum_cols}, f32);
-  at::Tensor dq_semaphore;  // seeded by the preprocess kernel
-  if (deterministic) dq_semaphore = at::empty({p.batch, p.heads, m_blocks}, q.options().dtype(at::kInt));
+  at::Tensor dq_semaphore;  // seeded by the preprocess kernel; one per row block of either backward
+  if (deterministic) {
+    const int64_t counters = (p.seqlen_q + kDqSemaphoreRowBlock - 1) / kDqSemaphoreRowBlock;
+    dq_semaphore = at::empty({p.batch, p.heads, counters}, q.options().dtype(at::kInt));
+  }
 
   set_score_mods(params, p, mods, causal, q);
   set_seqused_k(params, p, seqused_k, q);

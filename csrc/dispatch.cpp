@@ -56,14 +56,18 @@ cudaError_t run_fwd_dispatch(FwdParams const& params, cudaStream_t stream) {
 namespace {
 
 // Whether a backward on compute capability 9.0 takes the Hopper kernel (bwd_kernel_sm90.h) where it
-// is built: every non-deterministic call. (Session 23 kept causal calls over at most 1024 query rows
+// is built: every non-deterministic call, and the deterministic ones of bwd_sm90_deterministic
+// (since session 58). (Session 23 kept causal calls over at most 1024 query rows
 // on the SM80 kernel; with session 24's stmatrix stores and 128-row steps at head dim 64 the Hopper
 // kernel is the faster there too, H200 bf16 causal: hdim 64 127.5 / 191.0 TFLOP/s against 123.1 /
 // 176.4 at 512 / 1024 tokens, hdim 128 151.2 / 218.7 against 148.3 / 209.4.)
 // FLASH_ATTN_CUTE_SM90_BWD=0 / 1 (read at every call, so that one process can time both): never /
 // wherever built.
 bool bwd_takes_sm90(BwdParams const& params) {
-  if (!params.use_sm90 || params.deterministic) return false;
+  if (!params.use_sm90) return false;
+  if (params.deterministic && !bwd_sm90_deterministic(fwd_kernel_head_dim(params.head_dim), params.variant())) {
+    return false;
+  }
   const char* env = std::getenv("FLASH_ATTN_CUTE_SM90_BWD");
   return env == nullptr || std::string(env) != "0";
 }

@@ -1,5 +1,5 @@
-"""The Hopper backward (bwd_kernel_sm90.h), which non-deterministic calls take on compute capability
-9.0, against the float32 reference with the kernel forced
+"""The Hopper backward (bwd_kernel_sm90.h), which calls take on compute capability 9.0 (deterministic
+ones too), against the float32 reference with the kernel forced
 (FLASH_ATTN_CUTE_SM90_BWD=1): kernel head dims 32, 64, 96, 128, 192 and 256 (and the head dims that
 round up to them), causal or
 not, MHA / GQA / MQA, seqlen_q above and below seqlen_k, varlen, the score mods (softcap, ALiBi,
@@ -84,13 +84,85 @@ def test_hopper_bwd_causal_left_window(left):
     _check_grads(_grads_of(fn, (q, k, v), dout), ref, (q, k, v), dout)
 
 
-def test_hopper_bwd_leaves_deterministic_to_the_sm80_kernel():
-    _require_built(torch.bfloat16, 128, False)
-    q, k, v, dout = (_randn(2, 512, 8, 128, dtype=torch.bfloat16) for _ in range(4))
-    fn = lambda q, k, v: fac.flash_attn_func(q, k, v, deterministic=True)  # noqa: E731
-    names = _kernel_names(lambda: _grads_of(fn, (q, k, v), dout))
-    assert not any("flash_bwd_sm90_kernel" in n for n in names) and any("flash_bwd_kernel" in n for n in names)
-    _check_grads(_grads_of(fn, (q, k, v), dout), _dense_ref(False), (q, k, v), dout)
+# (seqlen_q, seqlen_k) of the deterministic tests and the dQ order each takes at head dim 128 (64-row,
+# 128-key blocks; at 64 128-row): not causal, 1000, 2000 x 300 and 1024 x 2048 rotate
+# (bwd_dq_rotate: as many key blocks as row blocks at most, and at most half the SMs' worth), 300 x
+# 2000 goes from the first key block up in the same grid, 9000 (71 key blocks, over 132 SMs / 2)
+# runs key-block-major; causal, every one key-block-major.
+DET_SEQLENS = [(1000, 1000), (2000, 300), (1024, 2048), (300, 2000), (9000, 9000)]
+
+
+@pytest.mark.parametrize("heads", ["mha", "mqa"])
+@pytest.mark.parametrize("seqlens", DET_SEQLENS, ids=[f"{a}x{b}" for a, b in DET_SEQLENS])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [32, 64, 96, 128])
+def test_hopper_bwd_deterministic(head_dim, causal, seqlens, heads):
+    """deterministic=True runs the Hopper kernel's deterministic one (by default too: plain, up to head
+    dim 128), and dq is bitwise the same over runs in every dQ order."""
+    _require_built(torch.bfloat16, head_dim, causal)
+    (seqlen_q, seqlen_k), (nheads, nheads_k) = seqlens, HEADS[heads]
+    batch = 2 if seqlen_q < 9000 else 1  # the float32 reference holds seqlen_q * seqlen_k per head
+    if seqlen_q >= 9000:
+        nheads, nheads_k = nheads // 4, max(1, nheads_k // 4)
+    torch.manual_seed(4)
+    q = _randn(batch, seqlen_q, nheads, head_dim, dtype=torch.bfloat16)
+    k, v = (_randn(batch, seqlen_k, nheads_k, head_dim, dtype=torch.bfloat16) for _ in range(2))
+    dout = _randn(batch, seqlen_q, nheads, head_dim, dtype=torch.bfloat16)
+    out, lse = fac.fwd(q, k, v, causal=causal)
+    bwd = lambda: fac.bwd(dout, q, k, v, out, lse, causal=causal, deterministic=True)  # noqa: E731
+    assert any("flash_bwd_sm90_kernel" in n for n in _kernel_names(bwd))
+    det = [bwd() for _ in range(6)]
+    for grads in det[1:]:
+        for name, a, b in zip(("dq", "dk", "dv"), grads, det[0]):
+            assert torch.equal(a, b), f"{name} differs between two deterministic runs"
+    _check_grads(det[0], _dense_ref(causal), (q, k, v), dout)
+
+
+@pytest.mark.parametrize("head_dim, variant", [(64, "plain"), (128, "plain"), (64, "mods"), (128, "dropout"),
+                                               (256, "plain")])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_deterministic_varlen_on_hopper(head_dim, causal, variant):
+    """Deterministic over varlen sequences with more and fewer key blocks than row blocks, no rows, no
+    keys: the Hopper kernel where bwd_sm90_deterministic says (plain up to head dim 128), else the
+    SM80 one; bitwise repeatable and right either way."""
+    _require_built(torch.bfloat16, head_dim, causal, variant)
+    torch.manual_seed(9)
+    seqlens_q, seqlens_k = [1000, 0, 300, 2000, 17, 40], [1000, 5, 2000, 300, 900, 0]
+    cu_q, cu_k = (torch.tensor([0] + s, device="cuda").cumsum(0).int() for s in (seqlens_q, seqlens_k))
+    q, dout = (_randn(int(cu_q[-1]), 4, head_dim, dtype=torch.bfloat16) for _ in range(2))
+    k, v = (_randn(int(cu_k[-1]), 2, head_dim, dtype=torch.bfloat16) for _ in range(2))
+    kw = {}
+    if variant == "mods":
+        kw = dict(softcap=15.0, alibi_slopes=torch.rand(4, device="cuda") * 0.2)
+    if variant == "dropout":
+        kw = dict(dropout_p=0.1, return_attn_probs=True)
+    if not causal and variant != "plain":
+        kw["window_size"] = (700, 300)
+
+    def run():
+        leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+        res = fac.flash_attn_varlen_func(*leaves, cu_q, cu_k, max(seqlens_q), max(seqlens_k), causal=causal,
+                                         deterministic=True, **kw)
+        out = res[0] if variant == "dropout" else res
+        return res, torch.autograd.grad(out, leaves, dout)
+
+    torch.manual_seed(10)
+    names = _kernel_names(run)
+    hopper = variant == "plain" and head_dim <= 128
+    assert any(("flash_bwd_sm90_kernel" if hopper else "flash_bwd_kernel") in n for n in names), names
+    assert hopper or not any("flash_bwd_sm90_kernel" in n for n in names), names
+    runs = []
+    for _ in range(4):
+        torch.manual_seed(10)  # the same dropout mask
+        runs.append(run())
+    for _, grads in runs[1:]:
+        for name, a, b in zip(("dq", "dk", "dv"), grads, runs[0][1]):
+            assert torch.equal(a, b), f"{name} differs between two deterministic runs"
+    ref_kw = {key: val for key, val in kw.items() if key != "return_attn_probs"}
+    if variant == "dropout":
+        ref_kw["dropout_mask"] = ~runs[0][0][2].signbit()
+    ref = lambda q, k, v, **r: attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal, **ref_kw, **r)[0]  # noqa: E731
+    _check_grads(runs[0][1], ref, (q, k, v), dout)
 
 
 @pytest.mark.parametrize("heads", ["mha", "gqa"])
@@ -114,8 +186,8 @@ def test_sm80_bwd_on_hopper_when_switched_off(monkeypatch, head_dim, causal, seq
 
 @pytest.mark.parametrize("causal, seqlen", [(True, 512), (True, 1025), (False, 512)])
 def test_default_dispatch_takes_the_hopper_kernel(monkeypatch, causal, seqlen):
-    """Unset, FLASH_ATTN_CUTE_SM90_BWD sends non-deterministic calls to the Hopper kernel, short causal
-    ones too (dispatch.cpp, bwd_takes_sm90)."""
+    """Unset, FLASH_ATTN_CUTE_SM90_BWD sends every call to the Hopper kernel, short causal ones too
+    (dispatch.cpp, bwd_takes_sm90); deterministic ones: test_hopper_bwd_deterministic."""
     _require_built(torch.bfloat16, 128, causal)
     monkeypatch.delenv("FLASH_ATTN_CUTE_SM90_BWD")
     torch.manual_seed(5)

@@ -31,6 +31,29 @@ constexpr bool bwd_dq_rotate(bool deterministic, Window window, int64_t n_blocks
   return deterministic && window.left < 0 && window.right < 0 && n_blocks <= num_sms / 2;
 }
 
+// The grid's order in both backwards. Deterministic, key-block-major, (KV heads, batch, key
+// blocks): the CTAs of key block n - 1, whose dQ tiles come first, launch before those of n. (In L2
+// sections instead, the SM80 backward lost 12-17 % at causal hdim 256 from 2k tokens: a section's
+// few pairs wait on each other's dQ turns.) Where the rotated order runs (BwdParams::dq_rotate)
+// non-causal, and otherwise, a 1-D grid in bwd_cta_tile's order: the CTAs of one head run together
+// and share Q and dO in L2; causal, in sections of pairs, the heaviest key blocks first.
+constexpr bool bwd_grid_key_block_major(bool is_causal, bool deterministic, bool dq_rotate) {
+  return deterministic && (is_causal || !dq_rotate);
+}
+
+// Whether a deterministic backward on compute capability 9.0 takes the Hopper kernel (its
+// deterministic kernels, bwd_kernel_sm90.h, where built): the plain variant up to head dim 128,
+// where it measured faster than the SM80 backward (session 58, H100: 1.2-1.4x, short causal calls
+// 1.0x). Score mods, dropout and head dims 192 and 256 keep the SM80 kernel.
+constexpr bool bwd_sm90_deterministic(int kernel_head_dim, Variant variant) {
+  return variant == Variant::kPlain && kernel_head_dim <= 128;
+}
+
+// The deterministic dQ order's counters (BwdParams::dq_semaphore) are allocated for query row
+// blocks of this many rows, the fewest of any backward kernel's (bwd_tile_shape, bwd_sm90_block_m),
+// so that each kernel's row blocks find one.
+constexpr int kDqSemaphoreRowBlock = 64;
+
 // Defined in the generated instantiation files (csrc/generated/), one per combination.
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_bwd(BwdParams const& params, cudaStream_t stream);

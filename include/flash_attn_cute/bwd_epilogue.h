@@ -45,6 +45,10 @@ __device__ __forceinline__ int load_acquire(int const* ptr) {
   return value;
 }
 
+__device__ __forceinline__ void store_release(int* ptr, int value) {
+  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(ptr), "r"(value) : "memory");
+}
+
 // Adds a CTA's (kBlockM, kHeadDim) dQ tiles into the fp32 accumulator, one per query row block,
 // whose rows are contiguous (a row block owns a tile of kBlockM * kHeadDim floats, bwd_api.h), with
 // atomics, two floats per thread and instruction, in fragment order: the tile holds pair i of
@@ -126,7 +130,7 @@ struct DqAccumulator {
   __device__ __forceinline__ void barrier() {
     __syncthreads();
     if (threadIdx.x == 0 && hand_on->pending != nullptr) {
-      asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(hand_on->pending), "r"(hand_on->next) : "memory");
+      store_release(hand_on->pending, hand_on->next);
       hand_on->pending = nullptr;
     }
   }

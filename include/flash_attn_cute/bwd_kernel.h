@@ -316,16 +316,6 @@ __device__ __forceinline__ void bwd_col_block(BwdParams const& params, char* sme
   write_kv_tile<Traits, Is_even_K>(mma_dkv, acc_dv, params.dv_scale(), sV, gdV, keys_left, params.head_dim, tidx);
 }
 
-// The grid's order. Deterministic, key-block-major, (KV heads, batch, key blocks): the CTAs of key
-// block n - 1, whose dQ tiles come first, launch before those of n. (In L2 sections instead, causal
-// hdim 256 lost 12-17 % from 2k tokens: a section's few pairs wait on each other's dQ turns.) Where
-// the rotated order runs (BwdParams::dq_rotate) non-causal, and otherwise, a 1-D grid in
-// bwd_cta_tile's order: the CTAs of one head run together and share Q and dO in L2; causal, in
-// sections of pairs, the heaviest key blocks first.
-FLASH_HOST_DEVICE constexpr bool bwd_grid_key_block_major(bool is_causal, bool deterministic, bool dq_rotate) {
-  return deterministic && (is_causal || !dq_rotate);
-}
-
 template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_kernel(__grid_constant__ const BwdParams params) {
   extern __shared__ __align__(128) char smem[];

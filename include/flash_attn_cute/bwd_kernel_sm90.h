@@ -1,6 +1,7 @@
 // The Hopper backward (sm_90a warpgroup MMAs), plain, score-mod (softcap, ALiBi, any window) and
-// dropout variants, which non-deterministic calls take on compute capability 9.0 (dispatch.cpp,
-// bwd_takes_sm90).
+// dropout variants, which calls take on compute capability 9.0 (dispatch.cpp, bwd_takes_sm90):
+// every non-deterministic one, and the deterministic ones of bwd_sm90_deterministic (kernels of
+// their own, Is_det).
 // One CTA per (key block of kBlockN = 128 keys, batch, KV head), two warpgroups of 64 keys each
 // (past head dim 128: 64 keys, the warpgroups splitting head_dim, bwd_sm90_block_n);
 // K and V stay in shared memory, dK and dV in registers, while the CTA walks the query row blocks
@@ -89,6 +90,17 @@ constexpr int bwd_sm90_block_m(int head_dim, Variant variant, Sm90BwdCap cap = S
 // kernels take every step with queries as rows (bwd_step_rows), each warpgroup computing S and dP
 // for 32 of the keys, and P^T and dS^T go to dV and dK through shared memory.
 constexpr int bwd_sm90_block_n(int head_dim) { return head_dim <= 128 ? 128 : 64; }
+
+// Thread 0's dQ state in the deterministic kernels (Is_det), in shared memory after the rest: not
+// in registers, which the 128-key kernels have none to spare of across a step (ptxas: 8-36 bytes
+// more spilled at head dim 128).
+struct DqStaged {
+  DqHandOn hand_on;   // the order's (DqAccumulator, bwd_epilogue.h)
+  float* tile;        // the tile whose image sdQ holds, not yet added (nullptr: none)
+  float* step_tile;   // the step's tile and its row block's counter, noted at its start
+  int* step_turn;
+  int key_block;      // the CTA's, whose turn thread 0 waits for
+};
 
 template <int kHeadDim_, typename Element_, int kBlockM_ = bwd_sm90_block_m(kHeadDim_, Variant::kPlain)>
 struct BwdKernelTraitsSm90 {
@@ -189,6 +201,10 @@ struct BwdKernelTraitsSm90 {
   static_assert(kSmemBytesRows <= 227 * 1024);
   // Whether a kernel of this variant takes bwd_step_rows, and so kSmemBytesRows of shared memory.
   static constexpr bool rows_step(Variant variant) { return variant == Variant::kDropout || kSplitHeadDim; }
+  static constexpr int smem_bytes(Variant variant) { return rows_step(variant) ? kSmemBytesRows : kSmemBytes; }
+  // The deterministic kernels' DqStaged, after the rest.
+  static constexpr int dq_staged_offset(Variant variant) { return (smem_bytes(variant) + 15) / 16 * 16; }
+  static constexpr int smem_bytes_det(Variant variant) { return dq_staged_offset(variant) + int(sizeof(DqStaged)); }
 
   using GmemTiledCopy = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyAsync;
   using GmemTiledCopyOut = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyStore;
@@ -200,11 +216,13 @@ struct BwdKernelTraitsSm90 {
   static constexpr int kDqVec = kDqViaSmem ? 2 : 4;
   using DqAccum = DqAccumulator<kBlockM, kHeadDim, kDqThreads / 32, kDqVec>;
   static_assert(bwd_tile_shape(kHeadDim).block_m % kBlockM == 0, "the accumulator's row blocks hold whole tiles");
+  static_assert(kBlockM % kDqSemaphoreRowBlock == 0, "the dQ counters (bwd_api.cpp) hold this row block's");
   static_assert(dq_accum_row_floats(kHeadDim) == kHeadDim, "a tile's rows are contiguous");
 };
 
 // kCap: the score-mod variant's calls with softcap, kernels of their own (bwd_sm90_block_m).
-template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, Sm90BwdCap kCap>
+// Is_det: deterministic (bwd_sm90_deterministic).
+template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, Sm90BwdCap kCap, bool Is_det>
 __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char* smem, int n_block, int bidb,
                                                    int bidh_kv) {
   constexpr bool Is_dropout = kVariant == Variant::kDropout;
@@ -221,6 +239,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   const index_t n_start = index_t(n_block) * kBlockN;
   const int keys_left = binfo.seqlen_k - int(n_start);
   auto sync = [] { __syncthreads(); };
+  static_assert(!Is_det || (kVariant == Variant::kPlain && Traits::kDqViaSmem), "bwd_sm90_deterministic");
 
   Element* smem_q = reinterpret_cast<Element*>(smem);
   Element* smem_do = smem_q + Traits::kSmemQElems;
@@ -341,6 +360,72 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     }
   };
 
+  // Deterministic: the SM80 backward's order of each row block's dQ tiles (block_info.h; its walk
+  // below), its hand-on state (DqAccumulator) thread 0's, in shared memory. Thread 0 adds the tile
+  // whose image sdQ holds by one bulk reduction, after the CTA barrier that follows every thread's
+  // stores and proxy fence, once the row block's counter names this key block: at the start of the
+  // next step if it does by then, else at the last barrier before sdQ is stored again
+  // (dq_tile_free), where it waits for it. The turn goes on at the start of the step after, once the
+  // reduction is done (cp.async.bulk.wait_group, not its .read form), after that step's first MMAs
+  // are issued, so that thread 0's waits (the reduction's, the release's) run under them rather than
+  // hold back its warpgroup's MMAs or the CTA at a barrier.
+  [[maybe_unused]] const int n_count = ceil_div(binfo.seqlen_k, kBlockN);
+  [[maybe_unused]] const bool rotated =
+      Is_det && dq_rotated(params.dq_rotate, window, n_count, ceil_div(binfo.seqlen_q, kBlockM));
+  DqStaged* dq_staged = reinterpret_cast<DqStaged*>(smem + Traits::dq_staged_offset(kVariant));
+  typename Traits::DqAccum dq_accum{&dq_staged->hand_on};
+  if constexpr (Is_det) {
+    dq_accum.init(dq_next_key_block(n_block, n_count, rotated));
+    if (tidx == 0) {
+      dq_staged->tile = nullptr;
+      dq_staged->key_block = n_block;
+    }
+  }
+  // At the step's start, before its MMAs are issued: where its tile goes (the 64-bit arithmetic done
+  // where the fewest registers are live).
+  auto note_step_dq = [&](int bidh, int m_block) {
+    if (tidx == 0) {
+      dq_staged->step_tile = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
+                             index_t(m_block) * kBlockM * params.dq_accum_row_stride;
+      dq_staged->step_turn = dq_semaphore_at(params, bidb, bidh, m_block, kBlockM);
+    }
+  };
+  // Thread 0. may_wait false: only if the turn has come.
+  auto add_staged_dq = [&](bool may_wait) {
+    float* const tile = dq_staged->tile;
+    if (tile == nullptr) return;
+    int* const turn = dq_accum.hand_on->turn;
+    int seen = load_acquire(turn);
+    const int key_block = dq_staged->key_block;
+    if (!may_wait && seen != key_block) return;
+    while (seen != key_block) seen = load_acquire(turn);
+    dq_accum.hand_on->pending = turn;
+    bulk_reduce_add_f32(tile, sdQ, Traits::kDqTileBytes);
+    bulk_commit();
+    dq_staged->tile = nullptr;
+  };
+  // Thread 0, after a CTA barrier: the turn of the tile added last goes on.
+  auto hand_on_added_dq = [&] {
+    if (dq_accum.hand_on->pending == nullptr) return;
+    bulk_wait();
+    store_release(dq_accum.hand_on->pending, dq_accum.hand_on->next);
+    dq_accum.hand_on->pending = nullptr;
+  };
+  // After the step's first MMAs are issued.
+  auto dq_step_start = [&] {
+    if (tidx == 0) {
+      hand_on_added_dq();
+      add_staged_dq(false);
+    }
+  };
+  // Before the barrier after which the step stores its dQ tile.
+  auto dq_tile_free = [&] {
+    if (tidx == 0) {
+      if constexpr (Is_det) add_staged_dq(true);
+      bulk_wait_read();  // sdQ has been read
+    }
+  };
+
   const FwdMask mask{binfo.seqlen_q, binfo.seqlen_k, window};
   [[maybe_unused]] const bool has_alibi = Has_mods && params.alibi_slopes != nullptr;
   [[maybe_unused]] const bool alibi_causal = alibi_causal_form(window);
@@ -372,7 +457,14 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
       for (int i = 0; i < size(acc_dq); i += 2) *pair(i) = make_float2(acc_dq(i), acc_dq(i + 1));
       if (Traits::kDqSplitK) named_barrier_arrive(kDqSumBarrier, 256);
     }
-    dq_pending = tile();
+    if constexpr (Is_det) {
+      if (tidx == 0) {
+        dq_staged->tile = dq_staged->step_tile;
+        dq_accum.hand_on->turn = dq_staged->step_turn;
+      }
+    } else {
+      dq_pending = tile();
+    }
   };
 
   // One query row block of head bidh; its Q, dO, LSE and D are in flight into `slot`.
@@ -381,11 +473,16 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     const int m_start = m_block * kBlockM;
     [[maybe_unused]] const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
     wait_copies_and_sync();  // this slot has landed; every thread is done with the other slot and dS
-    add_pending_dq();        // the previous step's dQ (the barrier above follows its stores and fence)
+    if constexpr (Is_det) {
+      note_step_dq(bidh, m_block);
+    } else {
+      add_pending_dq();  // the previous step's dQ (the barrier above follows its stores and fence)
+    }
     Tensor tSrS = partition_fragment_C(mma_sdp, tile_nm);   // (MMA, MMA_M, MMA_N)
     Tensor tdPrdP = partition_fragment_C(mma_sdp, tile_nm); // (MMA, MMA_M, MMA_N)
     wgmma_issue<true>(mma_sdp, tSrK, tSrQ(_, _, _, slot), tSrS);
     wgmma_issue<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, slot), tdPrdP);
+    if constexpr (Is_det) dq_step_start();
     // The next row block's copies are issued while the MMAs run: their address arithmetic (hundreds
     // of instructions a thread) would otherwise hold back the step's first MMA.
     if (has_next) load_step(next_bidh, next_m_block, slot ^ 1);
@@ -443,7 +540,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     // MMA reads rdS's registers.
     copy(copy_ds, copy_ds.get_thread_slice(tidx).retile_S(rdS), tdSsdS);
     wgmma_issue<false>(mma_dkv, tdVrP, tdVrdOt(_, _, _, slot), acc_dv);
-    if (tidx == 0) bulk_wait_read();  // the previous dQ's reduction has read sdQ, which is stored below
+    dq_tile_free();  // the previous dQ's reduction has read sdQ, which is stored below
     cutlass::arch::fence_view_async_shared();
     __syncthreads();
     // dQ, then dK; dQ's stores into sdQ run while dK's MMAs do (the groups complete in order).
@@ -463,13 +560,18 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
                            int next_m_block) {
     const int m_start = m_block * kBlockM;
     wait_copies_and_sync();  // this slot has landed; every thread is done with the other slot, P and dS
-    add_pending_dq();        // the previous step's dQ (the barrier above follows its stores and fence)
+    if constexpr (Is_det) {
+      note_step_dq(bidh, m_block);
+    } else {
+      add_pending_dq();  // the previous step's dQ (the barrier above follows its stores and fence)
+    }
     Tensor tSrS = partition_fragment_C(mma_sdp_rows, tile_mn);   // (MMA, MMA_M, MMA_N)
     Tensor tdPrdP = partition_fragment_C(mma_sdp_rows, tile_mn); // (MMA, MMA_M, MMA_N)
     Tensor tSrQ_slot = tSrQr(_, _, _, slot);
     Tensor tdPrdO_slot = tdPrdOr(_, _, _, slot);
     wgmma_issue<true>(mma_sdp_rows, tSrQ_slot, tSrKr, tSrS);
     wgmma_issue<true>(mma_sdp_rows, tdPrdO_slot, tdPrVr, tdPrdP);
+    if constexpr (Is_det) dq_step_start();
     if (has_next) load_step(next_bidh, next_m_block, slot ^ 1);  // while the MMAs run (bwd_step)
     // This thread's rows' LSE (log2 units) and D (with dropout times 1 - p: bwd_kernel.h's dropout note).
     Tensor lse_log2 = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
@@ -509,7 +611,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     Tensor rdS = convert_type<Element>(tdPrdP);
     copy(copy_pds_rows, copy_pds_rows.get_thread_slice(tidx).retile_S(rP), tPsP);
     copy(copy_pds_rows, copy_pds_rows.get_thread_slice(tidx).retile_S(rdS), tPsdS);
-    if (tidx == 0) bulk_wait_read();  // the previous dQ's reduction has read sdQ, which is stored below
+    dq_tile_free();  // the previous dQ's reduction has read sdQ, which is stored below
     cutlass::arch::fence_view_async_shared();
     __syncthreads();  // P^T and dS^T are in shared memory
     // dV, dQ, then dK; dQ's stores into sdQ run while dK's MMAs do (the groups complete in order).
@@ -542,15 +644,21 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     const int group = params.heads / params.heads_k;
     const int bidh_begin = bidh_kv * group, bidh_end = bidh_begin + group;
     const int steps = range.m_block_max - range.m_block_min;
-    load_step(bidh_begin, range.m_block_min, 0);
+    // Upwards, or deterministic downwards (rotated: from the n_block-th row block from the last), as
+    // the SM80 backward walks (bwd_kernel.h).
+    auto row_block = [&](int i) {
+      return Is_det ? bwd_walk_row_block(i, range, n_block, true, rotated) : range.m_block_min + i;
+    };
+    load_step(bidh_begin, row_block(0), 0);
     int slot = 0;
     for (int bidh = bidh_begin; bidh < bidh_end; ++bidh) {
       for (int i = 0; i < steps; ++i, slot ^= 1) {
-        const int m_block = range.m_block_min + i;
+        const int m_block = row_block(i);
         const bool last_of_head = i + 1 == steps;
         const bool has_next = !last_of_head || bidh + 1 < bidh_end;
         const int next_bidh = last_of_head ? bidh + 1 : bidh;
-        const int next_m_block = last_of_head ? range.m_block_min : m_block + 1;
+        const int next_m_block = Is_det ? row_block(last_of_head ? 0 : i + 1)
+                                        : (last_of_head ? range.m_block_min : m_block + 1);
         auto step = [&](auto is_masked) {
           if constexpr (Traits::rows_step(kVariant)) {
             bwd_step_rows(bidh, m_block, slot, is_masked, has_next, next_bidh, next_m_block);
@@ -570,7 +678,14 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   // memory.
   cutlass::arch::fence_view_async_shared();
   __syncthreads();
-  add_pending_dq();
+  if constexpr (Is_det) {
+    if (tidx == 0) {
+      hand_on_added_dq();
+      add_staged_dq(true);
+    }
+  } else {
+    add_pending_dq();
+  }
 #pragma unroll
   for (int i = 0; i < size(acc_dk); ++i) {
     acc_dk(i) *= params.ds_scale();
@@ -582,32 +697,52 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
       mma_dkv, convert_type<Element>(acc_dk), sK, gdK, keys_left, params.head_dim, tidx, sync);
   store_tile_via_smem<typename Traits::SmemCopyAtomOut, typename Traits::GmemTiledCopyOut, Is_even_K>(
       mma_dkv, convert_type<Element>(acc_dv), sV, gdV, keys_left, params.head_dim, tidx, sync);
-  if (tidx == 0) bulk_wait();  // the CTA's shared memory lives until its last reduction is done
+  if (tidx == 0) {
+    bulk_wait();  // the CTA's shared memory lives until its last reduction is done
+    if constexpr (Is_det) hand_on_added_dq();
+  }
 }
 
-template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, Sm90BwdCap kCap>
+template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, Sm90BwdCap kCap, bool Is_det>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_sm90_kernel(__grid_constant__ const BwdParams params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) char smem[];
-  const FwdWsTile tile =
-      bwd_cta_tile<Traits::kHeadDim, Traits::kBlockN, typename Traits::Element, Is_causal>(params, blockIdx.x);
-  bwd_sm90_col_block<Traits, Is_causal, Is_even_K, kVariant, kCap>(params, smem, tile.m_block, tile.bidb, tile.bidh);
+  // Deterministic, in the SM80 backward's grid orders (bwd_grid_key_block_major).
+  FwdWsTile tile{int(blockIdx.z), int(blockIdx.y), int(blockIdx.x)};
+  if (!Is_det || !bwd_grid_key_block_major(Is_causal, true, params.dq_rotate)) {
+    tile = bwd_cta_tile<Traits::kHeadDim, Traits::kBlockN, typename Traits::Element, Is_causal>(params, blockIdx.x);
+  }
+  bwd_sm90_col_block<Traits, Is_causal, Is_even_K, kVariant, kCap, Is_det>(params, smem, tile.m_block, tile.bidb,
+                                                                          tile.bidh);
 #else
   __trap();
 #endif
 }
 
-// The launches (launch_bwd_passes, bwd_epilogue.h). Not deterministic; a 1-D grid of key blocks x
-// batch x KV heads (bwd_cta_tile).
+// The launches (launch_bwd_passes, bwd_epilogue.h): a 1-D grid of key blocks x batch x KV heads
+// (bwd_cta_tile); deterministic, in the SM80 backward's orders (bwd_launch.h), whether the order
+// rotates worked out on this kernel's key blocks.
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant, Sm90BwdCap kCap>
-cudaError_t launch_bwd_sm90(BwdParams const& params, cudaStream_t stream) {
+cudaError_t launch_bwd_sm90(BwdParams const& call, cudaStream_t stream) {
   using Traits =
       BwdKernelTraitsSm90<kHeadDim, typename ElementOf<kDType>::type, bwd_sm90_block_m(kHeadDim, kVariant, kCap)>;
-  constexpr int kSmemBytes = Traits::rows_step(kVariant) ? Traits::kSmemBytesRows : Traits::kSmemBytes;
-  const int64_t ctas = int64_t(ceil_div(params.seqlen_k, Traits::kBlockN)) * params.batch * params.heads_k;
+  const int n_blocks = ceil_div(call.seqlen_k, Traits::kBlockN);
+  const int64_t ctas = int64_t(n_blocks) * call.batch * call.heads_k;
+  if constexpr (bwd_sm90_deterministic(kHeadDim, kVariant)) {
+    if (call.deterministic) {
+      BwdParams params = call;
+      params.dq_rotate = bwd_dq_rotate(true, params.window, n_blocks, params.num_sms);
+      const bool key_block_major = bwd_grid_key_block_major(kIsCausal, true, params.dq_rotate);
+      if (!key_block_major && ctas > INT32_MAX) return cudaErrorInvalidConfiguration;
+      const dim3 grid = key_block_major ? dim3(params.heads_k, params.batch, n_blocks) : dim3(unsigned(ctas));
+      return launch_bwd_passes<Traits>(flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kCap, true>, grid,
+                                       Traits::smem_bytes_det(kVariant), params, stream);
+    }
+  }
+  if (call.deterministic) return cudaErrorNotSupported;  // the SM80 backward's (bwd_takes_sm90)
   if (ctas > INT32_MAX) return cudaErrorInvalidConfiguration;
-  return launch_bwd_passes<Traits>(flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kCap>,
-                                   dim3(unsigned(ctas)), kSmemBytes, params, stream);
+  return launch_bwd_passes<Traits>(flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kCap, false>,
+                                   dim3(unsigned(ctas)), Traits::smem_bytes(kVariant), call, stream);
 }
 
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>

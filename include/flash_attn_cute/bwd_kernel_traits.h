@@ -59,6 +59,7 @@ struct BwdKernelTraits {
   static constexpr BwdTileShape kTile = kVInRegs ? bwd_v_in_regs_tile_shape() : bwd_tile_shape(kHeadDim_, kSmallSmem);
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kTile.block_m;
+  static_assert(kBlockM % kDqSemaphoreRowBlock == 0, "the dQ counters (bwd_api.cpp) hold this row block's");
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kNWarps = kTile.n_warps;
   static constexpr int kNThreads = kNWarps * 32;
