@@ -240,6 +240,15 @@ __global__ void __launch_bounds__(Traits::kDqThreads)
   }
 }
 
+// Both backwards' grids of n_blocks key blocks a sequence (bwd_grid_key_block_major): (KV heads,
+// batch, key blocks), or 1-D, in bwd_cta_tile's order, where it fits (INT32_MAX CTAs).
+inline cudaError_t bwd_grid(BwdParams const& params, int n_blocks, bool key_block_major, dim3& grid) {
+  const int64_t ctas = int64_t(n_blocks) * params.batch * params.heads_k;
+  if (!key_block_major && ctas > INT32_MAX) return cudaErrorInvalidConfiguration;
+  grid = key_block_major ? dim3(params.heads_k, params.batch, n_blocks) : dim3(unsigned(ctas));
+  return cudaSuccess;
+}
+
 // Both backwards' launches (Traits: BwdKernelTraits or BwdKernelTraitsSm90): D = rowsum(dO * O)
 // (bwd_preprocess.h), the main kernel on `grid` with smem_bytes of dynamic shared memory, then dQ
 // from its accumulator, which the caller zeroes first.

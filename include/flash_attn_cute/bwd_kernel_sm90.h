@@ -381,12 +381,15 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
       dq_staged->key_block = n_block;
     }
   }
+  // Row block m_start / kBlockM's tile of head bidh in the dQ accumulator.
+  auto dq_accum_tile = [&](int bidh, int m_start) {
+    return params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) + index_t(m_start) * params.dq_accum_row_stride;
+  };
   // At the step's start, before its MMAs are issued: where its tile goes (the 64-bit arithmetic done
   // where the fewest registers are live).
   auto note_step_dq = [&](int bidh, int m_block) {
     if (tidx == 0) {
-      dq_staged->step_tile = params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
-                             index_t(m_block) * kBlockM * params.dq_accum_row_stride;
+      dq_staged->step_tile = dq_accum_tile(bidh, m_block * kBlockM);
       dq_staged->step_turn = dq_semaphore_at(params, bidb, bidh, m_block, kBlockM);
     }
   };
@@ -435,12 +438,8 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   // Split by keys, warpgroup 0 stores its partial tile and warpgroup 1 adds its own to it.
   // Without kDqViaSmem, the fragment goes straight into the accumulator tile (DqAccumulator's atomics).
   auto stage_dq = [&](auto const& acc_dq, int bidh, int m_start) {
-    auto tile = [&] {
-      return params.dq_accum_ptr + binfo.dq_accum_offset(params, bidb, bidh) +
-             index_t(m_start) * params.dq_accum_row_stride;
-    };
     if constexpr (!Traits::kDqViaSmem) {
-      Traits::DqAccum::add_fragment(acc_dq, tile(), dq_thread);
+      Traits::DqAccum::add_fragment(acc_dq, dq_accum_tile(bidh, m_start), dq_thread);
       return;
     }
     constexpr int kDqSumBarrier = 1;
@@ -463,7 +462,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
         dq_accum.hand_on->turn = dq_staged->step_turn;
       }
     } else {
-      dq_pending = tile();
+      dq_pending = dq_accum_tile(bidh, m_start);
     }
   };
 
@@ -727,22 +726,23 @@ cudaError_t launch_bwd_sm90(BwdParams const& call, cudaStream_t stream) {
   using Traits =
       BwdKernelTraitsSm90<kHeadDim, typename ElementOf<kDType>::type, bwd_sm90_block_m(kHeadDim, kVariant, kCap)>;
   const int n_blocks = ceil_div(call.seqlen_k, Traits::kBlockN);
-  const int64_t ctas = int64_t(n_blocks) * call.batch * call.heads_k;
+  dim3 grid;
   if constexpr (bwd_sm90_deterministic(kHeadDim, kVariant)) {
     if (call.deterministic) {
       BwdParams params = call;
       params.dq_rotate = bwd_dq_rotate(true, params.window, n_blocks, params.num_sms);
-      const bool key_block_major = bwd_grid_key_block_major(kIsCausal, true, params.dq_rotate);
-      if (!key_block_major && ctas > INT32_MAX) return cudaErrorInvalidConfiguration;
-      const dim3 grid = key_block_major ? dim3(params.heads_k, params.batch, n_blocks) : dim3(unsigned(ctas));
+      const cudaError_t err =
+          bwd_grid(params, n_blocks, bwd_grid_key_block_major(kIsCausal, true, params.dq_rotate), grid);
+      if (err != cudaSuccess) return err;
       return launch_bwd_passes<Traits>(flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kCap, true>, grid,
                                        Traits::smem_bytes_det(kVariant), params, stream);
     }
   }
   if (call.deterministic) return cudaErrorNotSupported;  // the SM80 backward's (bwd_takes_sm90)
-  if (ctas > INT32_MAX) return cudaErrorInvalidConfiguration;
-  return launch_bwd_passes<Traits>(flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kCap, false>,
-                                   dim3(unsigned(ctas)), Traits::smem_bytes(kVariant), call, stream);
+  const cudaError_t err = bwd_grid(call, n_blocks, false, grid);
+  if (err != cudaSuccess) return err;
+  return launch_bwd_passes<Traits>(flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kCap, false>, grid,
+                                   Traits::smem_bytes(kVariant), call, stream);
 }
 
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>

@@ -16,11 +16,10 @@ namespace flash_attn_cute {
 
 template <class Traits, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t launch_bwd(BwdParams const& params, cudaStream_t stream) {
-  const int n_blocks = ceil_div(params.seqlen_k, Traits::kBlockN);
-  const int64_t ctas = int64_t(n_blocks) * params.batch * params.heads_k;
-  const bool key_block_major = bwd_grid_key_block_major(kIsCausal, params.deterministic, params.dq_rotate);
-  if (!key_block_major && ctas > INT32_MAX) return cudaErrorInvalidConfiguration;
-  const dim3 grid = key_block_major ? dim3(params.heads_k, params.batch, n_blocks) : dim3(unsigned(ctas));
+  dim3 grid;
+  const cudaError_t err = bwd_grid(params, ceil_div(params.seqlen_k, Traits::kBlockN),
+                                   bwd_grid_key_block_major(kIsCausal, params.deterministic, params.dq_rotate), grid);
+  if (err != cudaSuccess) return err;
   return launch_bwd_passes<Traits>(flash_bwd_kernel<Traits, kIsCausal, kIsEvenK, kVariant>, grid, Traits::kSmemBytes,
                                    params, stream);
 }
