@@ -14,7 +14,7 @@ from flash_attn_cute.reference import attention_ref, attention_varlen_ref
 
 from test_bwd import _check_grads, _dense_ref, _grads_of
 from test_fwd import _randn
-from test_fwd_sm90 import _kernel_names
+from test_fwd_sm90 import _kernel_names, _layout
 
 pytestmark = [pytest.mark.cuda, pytest.mark.sm90]
 
@@ -116,6 +116,39 @@ def test_hopper_bwd_deterministic(head_dim, causal, seqlens, heads):
         for name, a, b in zip(("dq", "dk", "dv"), grads, det[0]):
             assert torch.equal(a, b), f"{name} differs between two deterministic runs"
     _check_grads(det[0], _dense_ref(causal), (q, k, v), dout)
+
+
+@pytest.mark.parametrize("variant", ["plain", "mods", "dropout"])
+@pytest.mark.parametrize("layout", ["bshd", "bhsd", "packed"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [32, 64, 96, 120, 128, 192, 256])
+def test_hopper_bwd_tma_and_cp_async_loads_agree(head_dim, causal, layout, variant, monkeypatch):
+    """The Hopper backward loads Q and dO by TMA where the tensors allow it and with cp.async
+    elsewhere (FLASH_ATTN_CUTE_SM90_TMA=0 forces cp.async, =require fails a launch that cannot use
+    TMA): both fill shared memory alike (zeros past seqlen_q and past head_dim), so dK and dV are
+    bitwise equal, dQ too where deterministic (plain, up to head dim 128), and right."""
+    _require_built(torch.bfloat16, head_dim, causal, variant)
+    torch.manual_seed(2)
+    q, dout = (_layout(layout, 2, 1023, 8, head_dim, torch.bfloat16) for _ in range(2))
+    k, v = (_layout(layout, 2, 777, 2, head_dim, torch.bfloat16) for _ in range(2))
+    kw = dict(softcap=20.0, window_size=(300, -1 if not causal else 0)) if variant == "mods" else {}
+    p = 0.15 if variant == "dropout" else 0.0
+    out, lse, *rng = fac.fwd(q, k, v, causal=causal, dropout_p=p, **kw)
+    bwd_kw = dict(kw, dropout_p=p, rng_state=rng[0] if rng else None)
+    deterministic = variant == "plain" and head_dim <= 128
+    bwd = lambda det: fac.bwd(dout, q, k, v, out, lse, causal=causal, deterministic=det, **bwd_kw)  # noqa: E731
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_TMA", "require")
+    assert any("flash_bwd_sm90_kernel" in n for n in _kernel_names(lambda: bwd(False)))
+    grads = bwd(False), bwd(True) if deterministic else None
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_TMA", "0")
+    grads_cp_async = bwd(False), bwd(True) if deterministic else None
+    for name, a, b in zip(("dk", "dv"), grads[0][1:], grads_cp_async[0][1:]):
+        assert torch.equal(a, b), f"{name}: TMA and cp.async loads differ"
+    if deterministic:
+        for name, a, b in zip(("dq", "dk", "dv"), grads[1], grads_cp_async[1]):
+            assert torch.equal(a, b), f"{name} (deterministic): TMA and cp.async loads differ"
+    if variant == "plain":
+        _check_grads(grads[0], _dense_ref(causal), (q, k, v), dout)
 
 
 @pytest.mark.parametrize("head_dim, variant", [(64, "plain"), (128, "plain"), (64, "mods"), (128, "dropout"),

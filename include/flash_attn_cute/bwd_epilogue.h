@@ -250,18 +250,18 @@ inline cudaError_t bwd_grid(BwdParams const& params, int n_blocks, bool key_bloc
 }
 
 // Both backwards' launches (Traits: BwdKernelTraits or BwdKernelTraitsSm90): D = rowsum(dO * O)
-// (bwd_preprocess.h), the main kernel on `grid` with smem_bytes of dynamic shared memory, then dQ
-// from its accumulator, which the caller zeroes first.
-template <class Traits, class Kernel>
+// (bwd_preprocess.h), the main kernel on `grid` with smem_bytes of dynamic shared memory (its
+// arguments: params, then `more`), then dQ from its accumulator, which the caller zeroes first.
+template <class Traits, class Kernel, class... More>
 cudaError_t launch_bwd_passes(Kernel kernel, dim3 grid, int smem_bytes, BwdParams const& params,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, More const&... more) {
   using Element = typename Traits::Element;
   // Where the GPU allows a block less (allow_dynamic_smem; the torch glue names its limit), nothing runs.
   cudaError_t err = allow_dynamic_smem(kernel, smem_bytes, params.device);
   if (err != cudaSuccess) return err;
   err = run_row_kernel(bwd_dot_do_o_kernel<Element, Traits::kBlockM, Traits::kBlockN>, params, stream);
   if (err != cudaSuccess) return err;
-  kernel<<<grid, Traits::kNThreads, smem_bytes, stream>>>(params);
+  kernel<<<grid, Traits::kNThreads, smem_bytes, stream>>>(params, more...);
   err = cudaPeekAtLastError();
   if (err != cudaSuccess) return err;
   const dim3 convert_grid(ceil_div(params.seqlen_q, Traits::kBlockM), params.batch, params.heads);

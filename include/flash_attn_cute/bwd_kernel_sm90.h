@@ -19,9 +19,11 @@
 // layout's rows (likely cause, not profiled: reductions still in flight at the next proxy fence,
 // whose MEMBAR waits for them). Computing P^T while dP^T's MMAs run, with dV's MMAs issued before
 // dS^T, was 3.5 % slower.
-// Q, dO, LSE and D are double-buffered by cp.async as in the SM80 backward (bwd_kernel.h). The
-// masked row blocks (causal diagonal, left window edge, ragged last key block) run a loop body of
-// their own, so that the others test no key or row.
+// Q, dO, LSE and D are double-buffered, the next row block's loads issued while the step's first
+// MMAs run: Q and dO by TMA where they fit (bwd_sm90_tma.h: thread 0 issues both copies), else, as
+// LSE and D always, by cp.async as in the SM80 backward (bwd_kernel.h). The masked row blocks
+// (causal diagonal, left window edge, ragged last key block) run a loop body of their own, so that
+// the others test no key or row.
 // Dropout's mask follows a queries-by-keys accumulator's lanes (dropout.h), so the dropout variant
 // computes S = Q K^T and dP = dO V^T with queries as rows, applies the SM80 backward's score
 // transforms to them, and takes P^T and dS^T to dV and dK through shared memory (bwd_step_rows).
@@ -35,6 +37,7 @@
 #include "block_info.h"
 #include "bwd_api.h"
 #include "bwd_epilogue.h"
+#include "bwd_sm90_tma.h"
 #include "dropout.h"
 #include "kernel_traits.h"
 #include "kernel_traits_sm90.h"
@@ -201,10 +204,16 @@ struct BwdKernelTraitsSm90 {
   static_assert(kSmemBytesRows <= 227 * 1024);
   // Whether a kernel of this variant takes bwd_step_rows, and so kSmemBytesRows of shared memory.
   static constexpr bool rows_step(Variant variant) { return variant == Variant::kDropout || kSplitHeadDim; }
-  static constexpr int smem_bytes(Variant variant) { return rows_step(variant) ? kSmemBytesRows : kSmemBytes; }
+  // Then the barriers of Q's and dO's buffers (bwd_sm90_tma.h: used where TMA loads them).
+  using QRing = SmemRing<2>;
+  static constexpr int q_ring_offset(Variant variant) {
+    return ((rows_step(variant) ? kSmemBytesRows : kSmemBytes) + 15) / 16 * 16;
+  }
+  static constexpr int smem_bytes(Variant variant) { return q_ring_offset(variant) + int(sizeof(QRing)); }
   // The deterministic kernels' DqStaged, after the rest.
   static constexpr int dq_staged_offset(Variant variant) { return (smem_bytes(variant) + 15) / 16 * 16; }
   static constexpr int smem_bytes_det(Variant variant) { return dq_staged_offset(variant) + int(sizeof(DqStaged)); }
+  static_assert(smem_bytes_det(Variant::kDropout) <= 227 * 1024 && smem_bytes_det(Variant::kPlain) <= 227 * 1024);
 
   using GmemTiledCopy = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyAsync;
   using GmemTiledCopyOut = typename GmemCopies<Element, kNThreads, kHeadDim>::TiledCopyStore;
@@ -223,8 +232,8 @@ struct BwdKernelTraitsSm90 {
 // kCap: the score-mod variant's calls with softcap, kernels of their own (bwd_sm90_block_m).
 // Is_det: deterministic (bwd_sm90_deterministic).
 template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, Sm90BwdCap kCap, bool Is_det>
-__device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char* smem, int n_block, int bidb,
-                                                   int bidh_kv) {
+__device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, BwdSm90Tma<Traits> const& tma, char* smem,
+                                                   int n_block, int bidb, int bidh_kv) {
   constexpr bool Is_dropout = kVariant == Variant::kDropout;
   constexpr bool Has_mods = kVariant != Variant::kPlain;  // dropout calls may carry score mods too
   using Element = typename Traits::Element;
@@ -270,7 +279,12 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     copy_or_zero<true, !Is_even_K>(gmem_tiled_copy, gmem_thr_copy.partition_S(g),
                                    gmem_thr_copy.partition_D(smem_tile(_, _, slot)), tQcQ, rows_left, params.head_dim);
   };
-  auto load_step = [&](int bidh, int m_block, int slot) {
+  // Q's and dO's buffers' barriers, where TMA loads them: use u of the buffers (the u-th row block
+  // the CTA walks, 0, 1, ...) takes slot u % 2.
+  auto& q_ring = *reinterpret_cast<typename Traits::QRing*>(smem + Traits::q_ring_offset(kVariant));
+  // The row block's LSE, D, Q and dO into `use`'s slot.
+  auto load_step = [&](int bidh, int m_block, int use) {
+    const int slot = use % 2;
     const int rows_left = binfo.seqlen_q - m_block * kBlockM;
     // LSE and D; rows past seqlen_q get LSE +inf and D 0, so that their P and dS are 0.
     if (tidx < 2 * kBlockM && tidx % kBlockM < rows_left) {
@@ -280,9 +294,18 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     } else if (tidx < 2 * kBlockM) {
       sLseD[slot * 2 * kBlockM + tidx] = tidx < kBlockM ? INFINITY : 0.f;
     }
-    load_rows(params.q, sQ, bidh, m_block, slot);
-    load_rows(params.dout, sdO, bidh, m_block, slot);
+    if (params.sm90_tma) {
+      if (tidx == 0) tma.load(params, q_ring, use, smem_q, smem_do, m_block, bidh, bidb);
+    } else {
+      load_rows(params.q, sQ, bidh, m_block, slot);
+      load_rows(params.dout, sdO, bidh, m_block, slot);
+    }
     cp_async_fence();
+  };
+  // At a step's start: `use`'s loads have landed, and every thread is done with the other slot.
+  auto wait_loads_and_sync = [&](int use) {
+    if (params.sm90_tma) q_ring.wait(use, false);
+    wait_copies_and_sync();
   };
 
   typename Traits::TiledMmaSdP mma_sdp;
@@ -467,11 +490,12 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   };
 
   // One query row block of head bidh; its Q, dO, LSE and D are in flight into `slot`.
-  auto bwd_step = [&](int bidh, int m_block, int slot, auto is_masked, bool has_next, int next_bidh, int next_m_block) {
+  auto bwd_step = [&](int bidh, int m_block, int use, auto is_masked, bool has_next, int next_bidh, int next_m_block) {
     constexpr bool kMasked = decltype(is_masked)::value;
     const int m_start = m_block * kBlockM;
+    const int slot = use % 2;
     [[maybe_unused]] const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
-    wait_copies_and_sync();  // this slot has landed; every thread is done with the other slot and dS
+    wait_loads_and_sync(use);  // this slot has landed; every thread is done with the other slot and dS
     if constexpr (Is_det) {
       note_step_dq(bidh, m_block);
     } else {
@@ -482,9 +506,9 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     wgmma_issue<true>(mma_sdp, tSrK, tSrQ(_, _, _, slot), tSrS);
     wgmma_issue<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, slot), tdPrdP);
     if constexpr (Is_det) dq_step_start();
-    // The next row block's copies are issued while the MMAs run: their address arithmetic (hundreds
-    // of instructions a thread) would otherwise hold back the step's first MMA.
-    if (has_next) load_step(next_bidh, next_m_block, slot ^ 1);
+    // The next row block's copies are issued while the MMAs run: with cp.async their address
+    // arithmetic (hundreds of instructions a thread) would otherwise hold back the step's first MMA.
+    if (has_next) load_step(next_bidh, next_m_block, use + 1);
     warpgroup_mma_done(tSrS, tdPrdP);
     float const* lse = sLseD + slot * 2 * kBlockM;
     float const* dsum = lse + kBlockM;
@@ -555,10 +579,11 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
   // The dropout variant's step, and every step where kSplitHeadDim (see the top of the file): S and
   // dP with queries as rows, the SM80 backward's score transforms and mask, P^T and dS^T through
   // shared memory.
-  auto bwd_step_rows = [&](int bidh, int m_block, int slot, auto is_masked, bool has_next, int next_bidh,
+  auto bwd_step_rows = [&](int bidh, int m_block, int use, auto is_masked, bool has_next, int next_bidh,
                            int next_m_block) {
     const int m_start = m_block * kBlockM;
-    wait_copies_and_sync();  // this slot has landed; every thread is done with the other slot, P and dS
+    const int slot = use % 2;
+    wait_loads_and_sync(use);  // this slot has landed; every thread is done with the other slot, P and dS
     if constexpr (Is_det) {
       note_step_dq(bidh, m_block);
     } else {
@@ -571,7 +596,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     wgmma_issue<true>(mma_sdp_rows, tSrQ_slot, tSrKr, tSrS);
     wgmma_issue<true>(mma_sdp_rows, tdPrdO_slot, tdPrVr, tdPrdP);
     if constexpr (Is_det) dq_step_start();
-    if (has_next) load_step(next_bidh, next_m_block, slot ^ 1);  // while the MMAs run (bwd_step)
+    if (has_next) load_step(next_bidh, next_m_block, use + 1);  // while the MMAs run (bwd_step)
     // This thread's rows' LSE (log2 units) and D (with dropout times 1 - p: bwd_kernel.h's dropout note).
     Tensor lse_log2 = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
     Tensor dsum = make_tensor<float>(Shape<Int<kRowsPerThread>>{});
@@ -648,10 +673,17 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
     auto row_block = [&](int i) {
       return Is_det ? bwd_walk_row_block(i, range, n_block, true, rotated) : range.m_block_min + i;
     };
+    if (params.sm90_tma) {
+      if (tidx == 0) {
+        q_ring.init(1, 1);
+        cutlass::arch::fence_barrier_init();
+      }
+      __syncthreads();  // the barriers are set before any thread waits on them
+    }
     load_step(bidh_begin, row_block(0), 0);
-    int slot = 0;
+    int use = 0;
     for (int bidh = bidh_begin; bidh < bidh_end; ++bidh) {
-      for (int i = 0; i < steps; ++i, slot ^= 1) {
+      for (int i = 0; i < steps; ++i, ++use) {
         const int m_block = row_block(i);
         const bool last_of_head = i + 1 == steps;
         const bool has_next = !last_of_head || bidh + 1 < bidh_end;
@@ -660,9 +692,9 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
                                         : (last_of_head ? range.m_block_min : m_block + 1);
         auto step = [&](auto is_masked) {
           if constexpr (Traits::rows_step(kVariant)) {
-            bwd_step_rows(bidh, m_block, slot, is_masked, has_next, next_bidh, next_m_block);
+            bwd_step_rows(bidh, m_block, use, is_masked, has_next, next_bidh, next_m_block);
           } else {
-            bwd_step(bidh, m_block, slot, is_masked, has_next, next_bidh, next_m_block);
+            bwd_step(bidh, m_block, use, is_masked, has_next, next_bidh, next_m_block);
           }
         };
         if (range.is_masked(m_block)) {
@@ -703,7 +735,8 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, char
 }
 
 template <class Traits, bool Is_causal, bool Is_even_K, Variant kVariant, Sm90BwdCap kCap, bool Is_det>
-__global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_sm90_kernel(__grid_constant__ const BwdParams params) {
+__global__ void __launch_bounds__(Traits::kNThreads, 1)
+    flash_bwd_sm90_kernel(__grid_constant__ const BwdParams params, __grid_constant__ const BwdSm90Tma<Traits> tma) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) char smem[];
   // Deterministic, in the SM80 backward's grid orders (bwd_grid_key_block_major).
@@ -711,8 +744,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) flash_bwd_sm90_kernel(__
   if (!Is_det || !bwd_grid_key_block_major(Is_causal, true, params.dq_rotate)) {
     tile = bwd_cta_tile<Traits::kHeadDim, Traits::kBlockN, typename Traits::Element, Is_causal>(params, blockIdx.x);
   }
-  bwd_sm90_col_block<Traits, Is_causal, Is_even_K, kVariant, kCap, Is_det>(params, smem, tile.m_block, tile.bidb,
-                                                                          tile.bidh);
+  bwd_sm90_col_block<Traits, Is_causal, Is_even_K, kVariant, kCap, Is_det>(params, tma, smem, tile.m_block,
+                                                                          tile.bidb, tile.bidh);
 #else
   __trap();
 #endif
@@ -726,23 +759,31 @@ cudaError_t launch_bwd_sm90(BwdParams const& call, cudaStream_t stream) {
   using Traits =
       BwdKernelTraitsSm90<kHeadDim, typename ElementOf<kDType>::type, bwd_sm90_block_m(kHeadDim, kVariant, kCap)>;
   const int n_blocks = ceil_div(call.seqlen_k, Traits::kBlockN);
+  if (call.deterministic && !bwd_sm90_deterministic(kHeadDim, kVariant)) {
+    return cudaErrorNotSupported;  // the SM80 backward's (bwd_takes_sm90)
+  }
+  BwdParams params = call;
+  // Q's and dO's loads: TMA where it can (FLASH_ATTN_CUTE_SM90_TMA, fwd_ws_tma.h), else cp.async.
+  BwdSm90Tma<Traits> tma{};
+  const TmaLoads setting = tma_loads_setting();
+  params.sm90_tma = setting != TmaLoads::kOff && BwdSm90Tma<Traits>::usable(params);
+  if (setting == TmaLoads::kRequire && !params.sm90_tma) return cudaErrorNotSupported;
+  if (params.sm90_tma) tma = BwdSm90Tma<Traits>::make(params);
   dim3 grid;
   if constexpr (bwd_sm90_deterministic(kHeadDim, kVariant)) {
-    if (call.deterministic) {
-      BwdParams params = call;
+    if (params.deterministic) {
       params.dq_rotate = bwd_dq_rotate(true, params.window, n_blocks, params.num_sms);
       const cudaError_t err =
           bwd_grid(params, n_blocks, bwd_grid_key_block_major(kIsCausal, true, params.dq_rotate), grid);
       if (err != cudaSuccess) return err;
       return launch_bwd_passes<Traits>(flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kCap, true>, grid,
-                                       Traits::smem_bytes_det(kVariant), params, stream);
+                                       Traits::smem_bytes_det(kVariant), params, stream, tma);
     }
   }
-  if (call.deterministic) return cudaErrorNotSupported;  // the SM80 backward's (bwd_takes_sm90)
-  const cudaError_t err = bwd_grid(call, n_blocks, false, grid);
+  const cudaError_t err = bwd_grid(params, n_blocks, false, grid);
   if (err != cudaSuccess) return err;
   return launch_bwd_passes<Traits>(flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kCap, false>, grid,
-                                   Traits::smem_bytes(kVariant), call, stream);
+                                   Traits::smem_bytes(kVariant), params, stream, tma);
 }
 
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>

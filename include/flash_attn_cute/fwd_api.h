@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "params.h"
 #include "tile_size.h"
@@ -30,18 +31,24 @@ bool small_smem_runs_on(int cc_major);
 template <DType kDType, int kHeadDim, bool kIsCausal, bool kIsEvenK, Variant kVariant>
 cudaError_t run_fwd_sm90(FwdParams const& params, cudaStream_t stream);
 
-// Whether the warp-specialized kernel's TMA loads fit (fwd_ws_tma.h): fixed-length batches reading
-// their own batch entry whole (no varlen, seqused_k, leftpad, kv_batch_idx or page table), 16-byte
-// aligned bases and strides.
-inline bool fwd_ws_tma_fits(FwdParams const& p) {
-  if (p.cu_seqlens_q || p.cu_seqlens_k || p.seqused_k || p.leftpad_k || p.kv_batch_idx || p.block_table) return false;
-  for (const TensorView* v : {&p.q, &p.k, &p.v}) {
+// Whether TMA (fwd_ws_tma.h) can load these views of 16-bit elements: 16-byte aligned bases and
+// strides, the strides below 2^40 bytes.
+inline bool tma_views_fit(std::initializer_list<TensorView const*> views) {
+  for (const TensorView* v : views) {
     if (reinterpret_cast<uintptr_t>(v->ptr) % 16 != 0) return false;
     for (index_t stride : {v->row_stride, v->head_stride, v->batch_stride}) {
       if (stride <= 0 || stride * 2 % 16 != 0 || stride * 2 >= (index_t(1) << 40)) return false;
     }
   }
   return true;
+}
+
+// Whether the warp-specialized kernel's TMA loads fit (fwd_ws_tma.h): fixed-length batches reading
+// their own batch entry whole (no varlen, seqused_k, leftpad, kv_batch_idx or page table), views
+// TMA can load.
+inline bool fwd_ws_tma_fits(FwdParams const& p) {
+  if (p.cu_seqlens_q || p.cu_seqlens_k || p.seqused_k || p.leftpad_k || p.kv_batch_idx || p.block_table) return false;
+  return tma_views_fit({&p.q, &p.k, &p.v});
 }
 
 // The window of a launch's rows as its kernel reads it: the plain kernels take theirs from

@@ -81,8 +81,19 @@ inline bool tensor_map_encodes(TensorView const& view, TmaShape const& shape, bo
   return r == CUDA_SUCCESS;
 }
 
-// The descriptors: each tensor as (rows, head_dim, heads, batch) with the real head_dim, so
-// columns and rows past the tensor's end land as zeros, as cp.async's zero fill leaves them.
+// A tensor of 16-bit elements as TMA sees it: (rows, head_dim, heads, batch) with the real head_dim,
+// so that columns and rows past the tensor's end land as zeros, as cp.async's zero fill leaves them.
+template <class Element>
+auto tma_gmem(TensorView const& view, TmaShape const& shape) {
+  return make_tensor(make_gmem_ptr(static_cast<Element const*>(view.ptr)), shape,
+                     make_stride(view.row_stride, _1{}, view.head_stride, view.batch_stride));
+}
+// Q's extents (dO's too), which the descriptors are built with and the kernels index.
+CUTE_HOST_DEVICE TmaShape tma_shape_q(FwdParams const& p) {
+  return make_shape(p.seqlen_q, p.head_dim, p.heads, p.batch);
+}
+
+// The forward's descriptors (each tensor as tma_gmem sees it).
 template <class Traits>
 struct FwdWsTma {
   using Element = typename Traits::Element;
@@ -95,17 +106,12 @@ struct FwdWsTma {
 
   // The extents the descriptors are built with and the producer indexes: one place for both. K and
   // V's batch extent: the glue sets kv_batch for caches only.
-  CUTE_HOST_DEVICE static TmaShape shape_q(FwdParams const& p) {
-    return make_shape(p.seqlen_q, p.head_dim, p.heads, p.batch);
-  }
+  CUTE_HOST_DEVICE static TmaShape shape_q(FwdParams const& p) { return tma_shape_q(p); }
   CUTE_HOST_DEVICE static TmaShape shape_kv(FwdParams const& p) {
     return make_shape(p.seqlen_k, p.head_dim, p.heads_k, p.kv_batch > 0 ? p.kv_batch : p.batch);
   }
 
-  static auto gmem(TensorView const& view, TmaShape const& shape) {
-    return make_tensor(make_gmem_ptr(static_cast<Element const*>(view.ptr)), shape,
-                       make_stride(view.row_stride, _1{}, view.head_stride, view.batch_stride));
-  }
+  static auto gmem(TensorView const& view, TmaShape const& shape) { return tma_gmem<Element>(view, shape); }
   using CopyQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem(TensorView{}, TmaShape{}), typename Traits::SmemLayoutQ{},
                                        TileQ{}, _1{}));
   using CopyKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, gmem(TensorView{}, TmaShape{}),

@@ -228,6 +228,8 @@ struct BwdParams : FwdParams {
   bool small_smem = false;
   // Among those, bwd_v_in_regs_tile_shape's (bwd_v_in_regs: head dim 256 on sm_86 / sm_89, no dropout).
   bool v_in_regs = false;
+  // Set by its launch: the Hopper backward loads Q and dO by TMA (bwd_sm90_tma.h).
+  bool sm90_tma = false;
 
   // The epilogues' scales: dQ = ds_scale() dS K, dK = ds_scale() dS^T Q, dV = dv_scale() P^T dO
   // with the main loop's dS (the logits' gradient, which score_scale makes that of q.k) and P.
