@@ -765,22 +765,19 @@ cudaError_t launch_bwd_sm90(BwdParams const& call, cudaStream_t stream) {
   BwdParams params = call;
   // Q's and dO's loads: TMA where it can (FLASH_ATTN_CUTE_SM90_TMA, fwd_ws_tma.h), else cp.async.
   BwdSm90Tma<Traits> tma{};
-  const TmaLoads setting = tma_loads_setting();
-  params.sm90_tma = setting != TmaLoads::kOff && BwdSm90Tma<Traits>::usable(params);
-  if (setting == TmaLoads::kRequire && !params.sm90_tma) return cudaErrorNotSupported;
-  if (params.sm90_tma) tma = BwdSm90Tma<Traits>::make(params);
+  cudaError_t err = tma_descriptors(params, params.sm90_tma, tma);
+  if (err != cudaSuccess) return err;
   dim3 grid;
   if constexpr (bwd_sm90_deterministic(kHeadDim, kVariant)) {
     if (params.deterministic) {
       params.dq_rotate = bwd_dq_rotate(true, params.window, n_blocks, params.num_sms);
-      const cudaError_t err =
-          bwd_grid(params, n_blocks, bwd_grid_key_block_major(kIsCausal, true, params.dq_rotate), grid);
+      err = bwd_grid(params, n_blocks, bwd_grid_key_block_major(kIsCausal, true, params.dq_rotate), grid);
       if (err != cudaSuccess) return err;
       return launch_bwd_passes<Traits>(flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kCap, true>, grid,
                                        Traits::smem_bytes_det(kVariant), params, stream, tma);
     }
   }
-  const cudaError_t err = bwd_grid(params, n_blocks, false, grid);
+  err = bwd_grid(params, n_blocks, false, grid);
   if (err != cudaSuccess) return err;
   return launch_bwd_passes<Traits>(flash_bwd_sm90_kernel<Traits, kIsCausal, kIsEvenK, kVariant, kCap, false>, grid,
                                    Traits::smem_bytes(kVariant), params, stream, tma);

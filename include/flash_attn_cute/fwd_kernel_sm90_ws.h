@@ -629,10 +629,8 @@ cudaError_t launch_fwd_sm90_ws_kernel(FwdParams const& params, cudaStream_t stre
   }
   FwdParams p = params;
   FwdWsTma<Traits> tma{};
-  const TmaLoads setting = tma_loads_setting();
-  p.ws_tma = setting != TmaLoads::kOff && FwdWsTma<Traits>::usable(params);
-  if (setting == TmaLoads::kRequire && !p.ws_tma) return cudaErrorNotSupported;
-  if (p.ws_tma) tma = FwdWsTma<Traits>::make(params);
+  const cudaError_t tma_err = tma_descriptors(params, p.ws_tma, tma);
+  if (tma_err != cudaSuccess) return tma_err;
   kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p, tma);
   return cudaPeekAtLastError();
 }

@@ -145,4 +145,15 @@ inline TmaLoads tma_loads_setting() {
                                                                                               : TmaLoads::kAuto;
 }
 
+// A launch's descriptors (Tma: FwdWsTma or BwdSm90Tma) as FLASH_ATTN_CUTE_SM90_TMA says: `on` where
+// the TMA loads run; cudaErrorNotSupported where "require" cannot be met.
+template <class Tma, class Params>
+cudaError_t tma_descriptors(Params const& params, bool& on, Tma& tma) {
+  const TmaLoads setting = tma_loads_setting();
+  on = setting != TmaLoads::kOff && Tma::usable(params);
+  if (setting == TmaLoads::kRequire && !on) return cudaErrorNotSupported;
+  if (on) tma = Tma::make(params);
+  return cudaSuccess;
+}
+
 }  // namespace flash_attn_cute
