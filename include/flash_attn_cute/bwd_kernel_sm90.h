@@ -302,11 +302,6 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, BwdS
     }
     cp_async_fence();
   };
-  // At a step's start: `use`'s loads have landed, and every thread is done with the other slot.
-  auto wait_loads_and_sync = [&](int use) {
-    if (params.sm90_tma) q_ring.wait(use, false);
-    wait_copies_and_sync();
-  };
 
   typename Traits::TiledMmaSdP mma_sdp;
   typename Traits::TiledMmadKV mma_dkv;
@@ -489,18 +484,25 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, BwdS
     }
   };
 
-  // One query row block of head bidh; its Q, dO, LSE and D are in flight into `slot`.
+  // A step's start: `use`'s loads have landed and every thread is done with the other slot (and dS,
+  // P); then the previous step's dQ tile is added (deterministic: the step's own tile is noted).
+  auto begin_step = [&](int use, int bidh, int m_block) {
+    if (params.sm90_tma) q_ring.wait(use, false);
+    wait_copies_and_sync();
+    if constexpr (Is_det) {
+      note_step_dq(bidh, m_block);
+    } else {
+      add_pending_dq();  // the barrier above follows its stores and fence
+    }
+  };
+
+  // One query row block of head bidh; its Q, dO, LSE and D are in flight into `use`'s slot.
   auto bwd_step = [&](int bidh, int m_block, int use, auto is_masked, bool has_next, int next_bidh, int next_m_block) {
     constexpr bool kMasked = decltype(is_masked)::value;
     const int m_start = m_block * kBlockM;
     const int slot = use % 2;
     [[maybe_unused]] const float alibi_slope = Has_mods ? params.alibi_slope_scaled(bidb, bidh) : 0.f;
-    wait_loads_and_sync(use);  // this slot has landed; every thread is done with the other slot and dS
-    if constexpr (Is_det) {
-      note_step_dq(bidh, m_block);
-    } else {
-      add_pending_dq();  // the previous step's dQ (the barrier above follows its stores and fence)
-    }
+    begin_step(use, bidh, m_block);
     Tensor tSrS = partition_fragment_C(mma_sdp, tile_nm);   // (MMA, MMA_M, MMA_N)
     Tensor tdPrdP = partition_fragment_C(mma_sdp, tile_nm); // (MMA, MMA_M, MMA_N)
     wgmma_issue<true>(mma_sdp, tSrK, tSrQ(_, _, _, slot), tSrS);
@@ -583,12 +585,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, BwdS
                            int next_m_block) {
     const int m_start = m_block * kBlockM;
     const int slot = use % 2;
-    wait_loads_and_sync(use);  // this slot has landed; every thread is done with the other slot, P and dS
-    if constexpr (Is_det) {
-      note_step_dq(bidh, m_block);
-    } else {
-      add_pending_dq();  // the previous step's dQ (the barrier above follows its stores and fence)
-    }
+    begin_step(use, bidh, m_block);
     Tensor tSrS = partition_fragment_C(mma_sdp_rows, tile_mn);   // (MMA, MMA_M, MMA_N)
     Tensor tdPrdP = partition_fragment_C(mma_sdp_rows, tile_mn); // (MMA, MMA_M, MMA_N)
     Tensor tSrQ_slot = tSrQr(_, _, _, slot);

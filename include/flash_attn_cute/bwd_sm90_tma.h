@@ -44,8 +44,8 @@ struct BwdSm90Tma {
                           _1{})};
   }
 
-  // Thread 0: row block m_block of head bidh, batch bidb, into `buffer` (Q's and dO's), its barrier
-  // told to expect both copies' bytes.
+  // Thread 0: row block m_block of head bidh, batch bidb, into use `use`'s buffers of Q and dO, their
+  // barrier told to expect both copies' bytes.
   template <class Ring>
   __device__ void load(BwdParams const& p, Ring& ring, int use, Element* smem_q, Element* smem_do, int m_block,
                        int bidh, int bidb) const {
