@@ -93,7 +93,8 @@ def _run_and_check(*, batch=3, seqlen_q=1, nheads=8, nheads_k=2, d=128, capacity
             untouched = torch.ones(capacity, dtype=torch.bool, device="cuda")
             untouched[lens[b]:end] = False
             assert torch.equal(got[untouched], want[untouched]), f"{name} cache rows outside the append changed"
-            torch.testing.assert_close(got[~untouched], want[~untouched], atol=1e-2, rtol=1e-2)
+            # Appended rows: the copy, or the rotation as rotary_ref computes it, bit for bit.
+            assert torch.equal(got[~untouched], want[~untouched]), f"{name} appended rows differ"
         keys = cache.dense(cache.k, b, entry)[start:end].unsqueeze(0)
         values = cache.dense(cache.v, b, entry)[start:end].unsqueeze(0)
         q_b = q[b]
@@ -171,6 +172,31 @@ def test_long_and_short_caches(length):
     torch.manual_seed(3)
     _run_and_check(batch=1, nheads=32, nheads_k=8, capacity=131072, seqlen_new=1, page_size=256,
                    cache_seqlens=torch.tensor([length], device="cuda", dtype=I32))
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("interleaved", [True, False], ids=["interleaved", "half"])
+def test_rotary_append_equals_apply_rotary_emb(interleaved, dtype):
+    """flash-attn's kvcache test compares the cache after a rotary append with apply_rotary_emb's
+    keys at atol 1e-3, below one bf16 step at 1: the append must round as that rotation does, bit
+    for bit (2M rotated values a case; the float32 products of 16-bit inputs are exact, so only the
+    sum and the cast round, in the kernel as in torch)."""
+    from flash_attn_cute.layers.rotary import apply_rotary_emb
+    torch.manual_seed(0)
+    batch, capacity, nheads_k, d, seqlen_new = 2, 2048, 8, 128, 1024
+    k_cache, v_cache = _randn(batch, capacity, nheads_k, d, dtype=dtype), _randn(batch, capacity, nheads_k, d, dtype=dtype)
+    k, v = _randn(batch, seqlen_new, nheads_k, d, dtype=dtype), _randn(batch, seqlen_new, nheads_k, d, dtype=dtype)
+    q = _randn(batch, 1, 2 * nheads_k, d, dtype=dtype)
+    cache_seqlens = torch.tensor([0, 700], device="cuda", dtype=I32)
+    cos, sin = _rotary_tables(capacity, d, dtype)
+    fac.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos=cos, rotary_sin=sin,
+                                cache_seqlens=cache_seqlens, rotary_interleaved=interleaved)
+    want = apply_rotary_emb(k, cos, sin, interleaved=interleaved, seqlen_offsets=cache_seqlens)
+    for b, start in enumerate(cache_seqlens.tolist()):
+        got = k_cache[b, start:start + seqlen_new]
+        differ = (got != want[b]).sum().item()
+        assert differ == 0, f"sequence {b}: {differ} of {got.numel()} appended key values differ from apply_rotary_emb's"
+        assert torch.equal(v_cache[b, start:start + seqlen_new], v[b])
 
 
 @pytest.mark.parametrize("window_size", [(100, 0), (50, 50)], ids=str)

@@ -75,6 +75,9 @@ __global__ void __launch_bounds__(row_copy::kThreads) rotary_copy_kernel(__grid_
   }
   Element const* cos_row = static_cast<Element const*>(params.cos) + index_t(pos) * (params.rotary_dim / 2);
   Element const* sin_row = static_cast<Element const*>(params.sin) + index_t(pos) * (params.rotary_dim / 2);
+  // x, cos and sin are 16-bit floats, so each product below is exact in float32 and only the sum
+  // rounds: the rows equal torch's float32 rotation (layers.rotary.apply_rotary_emb) cast to the
+  // cache's dtype bit for bit, fused multiply-adds or not (test_kvcache).
   if (params.interleaved) {
     // Pairs (2j, 2j + 1) of this vector use cos / sin entry col / 2 + j.
 #pragma unroll
