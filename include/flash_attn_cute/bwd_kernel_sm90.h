@@ -75,8 +75,11 @@ __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_g
 // bytes, sm_90a, session 49); softcap's with ALiBi 64 (ptxas: 96-112 / 108-132 bytes at 128). The
 // dropout kernel is split by softcap too (session 49): without softcap's code in it, its 128-row
 // step spills 152 / 244 bytes (stores / loads; 74 local-memory accesses a step) against 512 / 792
-// (272). Its softcap kernel keeps 128 rows: at 64 the dropout kernel, spilling none, ran slower
-// (session 46: forward + backward 0.73 -> 0.71 of plain).
+// (272). Its softcap kernel kept 128 rows until the TMA loads (session 46, cp.async: at 64 rows,
+// spilling none, forward + backward 0.73 -> 0.71 of plain); with them it takes 64 at head dim 64
+// (session 60, H100, backward 0-7 % faster; 128 rows: 340 / 692 bytes of spill stores / loads),
+// 128 at 32 (64 rows 9-14 % slower there, as the dropout kernel without softcap is at 32 and 64:
+// 11-18 % and 0-6 %).
 enum class Sm90BwdCap {
   kNone,     // no softcap: ALiBi and windows at run time (the score-mod kernel's score loop twice: with
              // and without ALiBi)
@@ -84,7 +87,10 @@ enum class Sm90BwdCap {
   kCapAlibi  // the score-mod kernel's softcap with ALiBi
 };
 constexpr int bwd_sm90_block_m(int head_dim, Variant variant, Sm90BwdCap cap = Sm90BwdCap::kNone) {
-  return head_dim <= 64 && (variant != Variant::kScoreMods || cap != Sm90BwdCap::kCapAlibi) ? 128 : 64;
+  const bool rows_64 = variant == Variant::kScoreMods ? cap == Sm90BwdCap::kCapAlibi
+                       : variant == Variant::kDropout ? cap == Sm90BwdCap::kCap && head_dim > 32
+                                                      : false;
+  return head_dim <= 64 && !rows_64 ? 128 : 64;
 }
 
 // Keys per CTA: 128 up to head dim 128, 64 per warpgroup, each holding dK and dV of its own keys.
