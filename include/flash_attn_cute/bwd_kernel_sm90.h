@@ -87,9 +87,8 @@ enum class Sm90BwdCap {
   kCapAlibi  // the score-mod kernel's softcap with ALiBi
 };
 constexpr int bwd_sm90_block_m(int head_dim, Variant variant, Sm90BwdCap cap = Sm90BwdCap::kNone) {
-  const bool rows_64 = variant == Variant::kScoreMods ? cap == Sm90BwdCap::kCapAlibi
-                       : variant == Variant::kDropout ? cap == Sm90BwdCap::kCap && head_dim > 32
-                                                      : false;
+  const bool rows_64 = (variant == Variant::kScoreMods && cap == Sm90BwdCap::kCapAlibi) ||
+                       (variant == Variant::kDropout && cap == Sm90BwdCap::kCap && head_dim > 32);
   return head_dim <= 64 && !rows_64 ? 128 : 64;
 }
 

@@ -131,7 +131,7 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
       if (tidx == 0) {
         if (range.n_block_max > range.n_block_min) {
           barriers.q.commit_tma(q_use, FwdWsTma<Traits>::kBytesQ);
-          Tensor mQ = tma.q.get_tma_tensor(FwdWsTma<Traits>::shape_q(params));
+          Tensor mQ = tma.q.get_tma_tensor(tma_shape_q(params));
           Tensor gQ = local_tile(mQ(_, _, tile.bidh, tile.bidb), typename FwdWsTma<Traits>::TileQ{},
                                  make_coord(tile.m_block, _0{}));  // (kBlockM, kHeadDim)
           auto cta_tma = tma.q.get_slice(_0{});

@@ -104,9 +104,8 @@ struct FwdWsTma {
   static constexpr int kBoxCols = Traits::kHeadDim % 64 == 0 ? 64 : 32;  // the swizzle atom's row (kernel_traits_sm90.h)
   static_assert(sizeof(Element) == 2);
 
-  // The extents the descriptors are built with and the producer indexes: one place for both. K and
-  // V's batch extent: the glue sets kv_batch for caches only.
-  CUTE_HOST_DEVICE static TmaShape shape_q(FwdParams const& p) { return tma_shape_q(p); }
+  // K's and V's extents (Q's: tma_shape_q), which the descriptors are built with and the producer
+  // indexes: one place for both. Their batch extent: the glue sets kv_batch for caches only.
   CUTE_HOST_DEVICE static TmaShape shape_kv(FwdParams const& p) {
     return make_shape(p.seqlen_k, p.head_dim, p.heads_k, p.kv_batch > 0 ? p.kv_batch : p.batch);
   }
@@ -122,13 +121,13 @@ struct FwdWsTma {
   // Whether the TMA loads can run for these params: they fit and the driver encodes all three.
   static bool usable(FwdParams const& p) {
     constexpr bool kFp16 = std::is_same_v<Element, cutlass::half_t>;
-    return fwd_ws_tma_fits(p) && tensor_map_encodes(p.q, shape_q(p), kFp16, Traits::kBlockM, kBoxCols) &&
+    return fwd_ws_tma_fits(p) && tensor_map_encodes(p.q, tma_shape_q(p), kFp16, Traits::kBlockM, kBoxCols) &&
            tensor_map_encodes(p.k, shape_kv(p), kFp16, Traits::kBlockN, kBoxCols) &&
            tensor_map_encodes(p.v, shape_kv(p), kFp16, Traits::kBlockN, kBoxCols);
   }
 
   static FwdWsTma make(FwdParams const& p) {
-    return {make_tma_copy(SM90_TMA_LOAD{}, gmem(p.q, shape_q(p)), typename Traits::SmemLayoutQ{}, TileQ{}, _1{}),
+    return {make_tma_copy(SM90_TMA_LOAD{}, gmem(p.q, tma_shape_q(p)), typename Traits::SmemLayoutQ{}, TileQ{}, _1{}),
             make_tma_copy(SM90_TMA_LOAD{}, gmem(p.k, shape_kv(p)), typename Traits::SmemLayoutKVStage{}, TileKV{}, _1{}),
             make_tma_copy(SM90_TMA_LOAD{}, gmem(p.v, shape_kv(p)), typename Traits::SmemLayoutKVStage{}, TileKV{},
                           _1{})};
