@@ -20,8 +20,9 @@ MAX_STACK_BYTES = 128
 # The dropout kernels at head dim 64: without softcap, 128 query rows a step, 120 / 216 bytes of
 # spill stores / loads through a 128-byte frame (with the TMA loads; 64 rows, spilling none, measured
 # 0-6 % slower, session 60); softcap's at 64 rows since session 60, none (at 128 rows it took a
-# 216-232-byte frame).
-BWD_CASES = [(64, "kPlain"), (64, "kScoreMods"), (64, "kDropout"),
+# 216-232-byte frame). Softcap + ALiBi's score-mod kernel at head dim 32 on 128 rows since session 61
+# (24-48 bytes).
+BWD_CASES = [(32, "kScoreMods"), (64, "kPlain"), (64, "kScoreMods"), (64, "kDropout"),
              (128, "kPlain"), (128, "kScoreMods"), (128, "kDropout"), (192, "kDropout"), (256, "kScoreMods")]
 # The forward's (the warp-specialized kernels and the three-CTA one; session 44: at most 32 bytes).
 FWD_CASES = [(64, "kPlain"), (64, "kScoreMods"), (64, "kDropout"), (96, "kScoreMods"), (128, "kScoreMods"),
