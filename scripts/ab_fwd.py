@@ -102,7 +102,7 @@ for _hdim in (32, 96, 192, 256):
                               (" softcap+alibi", {"softcap": 30.0, "alibi": True}), (" dropout", {"dropout_p": 0.1})):
             ROWS.setdefault(f"h{_hdim} {'causal' if _causal else 'full'}{_feature}", (_hdim, _causal, _kw))
     ROWS.setdefault(f"h{_hdim} full window1024", (_hdim, False, {"window_size": (1024, 0)}))
-# Head dim 32's softcap at 4k tokens a sequence too (the backward's MUFU-bound kernels).
+# Head dim 32's softcap at 4k tokens a sequence too (its backward costs the most there, session 61).
 for _causal in (True, False):
     for _feature, _kw in (("", {}), (" softcap", {"softcap": 30.0}),
                           (" softcap+alibi", {"softcap": 30.0, "alibi": True})):
@@ -189,8 +189,9 @@ def main():
     parser.add_argument("--only", default="",
                         help="comma-separated prefixes of the rows to time (a prefix ending in $: that row alone)")
     parser.add_argument("--sdpa", action="store_true")
-    parser.add_argument("--backward", action="store_true", help="time forward + backward")
-    parser.add_argument("--backward-only", action="store_true", help="time the backward alone")
+    timed_pass = parser.add_mutually_exclusive_group()
+    timed_pass.add_argument("--backward", action="store_true", help="time forward + backward")
+    timed_pass.add_argument("--backward-only", action="store_true", help="time the backward alone")
     parser.add_argument("--cooldown", type=float, default=1.0,
                         help="seconds idle before each row: at the board's power limit a row's clock depends on the "
                              "load before it")
@@ -223,8 +224,10 @@ def main():
             cmd = [sys.executable, __file__, "--worker", trees[name], "--rows", ",".join(rows)]
             if args.sdpa and name == list(trees)[0]:
                 cmd.append("--sdpa")
-            if args.backward or args.backward_only:
-                cmd.append("--backward-only" if args.backward_only else "--backward")
+            if args.backward:
+                cmd.append("--backward")
+            if args.backward_only:
+                cmd.append("--backward-only")
             cmd += ["--cooldown", str(args.cooldown)]
             out = subprocess.run(cmd, capture_output=True, text=True, env=envs[name])
             if out.returncode != 0:
