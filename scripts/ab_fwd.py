@@ -16,6 +16,7 @@ the checked kernels on the running max), ALiBi slopes rand(heads) x 0.1, dropout
 FLASH_ATTENTION and CUDNN_ATTENTION backends on the plain rows (timed in the first tree's
 process). --backward times forward + backward instead (a gradient for q, k and v; the trees need
 the backward built), --backward-only the backward alone (autograd.grad of one forward's output).
+--dtype fp16 times every row in float16 instead of bfloat16 (the trees need fp16 built).
 --cooldown (seconds, default 1) idles the GPU before each timing: at the board's power limit a row's
 clock depends on the load just before it (session 34: without it the plain causal row read 2.0 ms
 after the dropout rows, 1.82 ms after 2 s idle, and dropout's cost looked 8 % smaller).
@@ -133,7 +134,7 @@ def plain_row(name):
     return found[0]
 
 
-def worker(tree, rows, sdpa, backward, cooldown, backward_only=False):
+def worker(tree, rows, sdpa, backward, cooldown, backward_only=False, dtype="bf16"):
     sys.path.insert(0, tree)
     import torch
     import triton.testing
@@ -141,6 +142,7 @@ def worker(tree, rows, sdpa, backward, cooldown, backward_only=False):
     import flash_attn_cute as fac
 
     assert fac.__file__.startswith(os.path.abspath(tree)), fac.__file__
+    DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
     torch.manual_seed(0)
     times = {}
 
@@ -154,7 +156,7 @@ def worker(tree, rows, sdpa, backward, cooldown, backward_only=False):
         heads = 2048 // hdim
         kw = dict(kw)
         seqlen = kw.pop("seqlen", SEQLEN)
-        q, k, v = (torch.randn(SEQLEN // seqlen, seqlen, heads, hdim, device="cuda", dtype=torch.bfloat16,
+        q, k, v = (torch.randn(SEQLEN // seqlen, seqlen, heads, hdim, device="cuda", dtype=DTYPES[dtype],
                                requires_grad=backward or backward_only) for _ in range(3))
         dout = torch.randn_like(q)
 
@@ -195,13 +197,14 @@ def main():
     parser.add_argument("--cooldown", type=float, default=1.0,
                         help="seconds idle before each row: at the board's power limit a row's clock depends on the "
                              "load before it")
+    parser.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16", help="q, k and v's dtype (default bf16)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--rows", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.cooldown < 0:
         parser.error("--cooldown must not be negative")
     if args.worker:
-        worker(args.worker, args.rows.split(","), args.sdpa, args.backward, args.cooldown, args.backward_only)
+        worker(args.worker, args.rows.split(","), args.sdpa, args.backward, args.cooldown, args.backward_only, args.dtype)
         return
     prefixes = [p for p in args.only.split(",") if p]
     def picked(row, prefix):
@@ -228,7 +231,7 @@ def main():
                 cmd.append("--backward")
             if args.backward_only:
                 cmd.append("--backward-only")
-            cmd += ["--cooldown", str(args.cooldown)]
+            cmd += ["--cooldown", str(args.cooldown), "--dtype", args.dtype]
             out = subprocess.run(cmd, capture_output=True, text=True, env=envs[name])
             if out.returncode != 0:
                 sys.exit(f"tree {name} round {r} failed:\n{out.stderr[-3000:]}")

@@ -9,7 +9,8 @@
 #          DECODE_BENCH=1 (benchmarks/bench_decode.py with DECODE_ARGS), FEATURES_BENCH=1
 #          (benchmarks/bench_features.py with FEATURES_ARGS), SMOKE=1 (scripts/smoke.py first: one call
 #          per kernel path under a watchdog), TEST_TIMEOUT / BENCH_TIMEOUT (seconds, default 1800 / 600)
-#          DEV_BUILD_TIMING=1 (also time a one-head-dim, one-dtype build from scratch)
+#          DEV_BUILD_TIMING=1 (also time a one-head-dim, one-dtype build from scratch),
+#          BUILD_TIMEOUT (seconds; the build is stopped then and ninja's log still saved; default none)
 #   Kernel objects in .prebuilt/ (scripts/prebuild_kernels.py, carried along) are linked, not compiled.
 source "$(dirname "$0")/gpu_env.sh"
 export FLASH_ATTN_CUTE_ARCHS=${FLASH_ATTN_CUTE_ARCHS:-90}
@@ -21,7 +22,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | t
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   [ -d .prebuilt ] && export FLASH_ATTN_CUTE_PREBUILT=$PWD/.prebuilt
   start=$(date +%s)
-  python3 -m pip install -v --no-build-isolation --no-deps . >> "$OUT/build.log" 2>&1
+  timeout -k 5 -s INT "${BUILD_TIMEOUT:-0}" python3 -m pip install -v --no-build-isolation --no-deps . >> "$OUT/build.log" 2>&1
   status=$?
   echo "build: exit $status in $(( $(date +%s) - start )) s (archs $FLASH_ATTN_CUTE_ARCHS, ${MAX_JOBS} jobs)" | tee -a "$OUT/build.log"
   find build -name .ninja_log -exec cp {} "$OUT/extra/ninja_log.txt" \; 2>/dev/null  # per-file compile times
