@@ -29,6 +29,7 @@ import sys
 import time
 
 SEQLEN = 16384
+DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # --dtype: the torch dtype's name
 ROWS = {  # name: (head dim, causal, keyword arguments of flash_attn_func; "seqlen": the sequence length)
     "h128 causal": (128, True, {}),
     "h128 full": (128, False, {}),
@@ -142,7 +143,7 @@ def worker(tree, rows, sdpa, backward, cooldown, backward_only=False, dtype="bf1
     import flash_attn_cute as fac
 
     assert fac.__file__.startswith(os.path.abspath(tree)), fac.__file__
-    DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    torch_dtype = getattr(torch, DTYPES[dtype])
     torch.manual_seed(0)
     times = {}
 
@@ -156,7 +157,7 @@ def worker(tree, rows, sdpa, backward, cooldown, backward_only=False, dtype="bf1
         heads = 2048 // hdim
         kw = dict(kw)
         seqlen = kw.pop("seqlen", SEQLEN)
-        q, k, v = (torch.randn(SEQLEN // seqlen, seqlen, heads, hdim, device="cuda", dtype=DTYPES[dtype],
+        q, k, v = (torch.randn(SEQLEN // seqlen, seqlen, heads, hdim, device="cuda", dtype=torch_dtype,
                                requires_grad=backward or backward_only) for _ in range(3))
         dout = torch.randn_like(q)
 
@@ -197,7 +198,7 @@ def main():
     parser.add_argument("--cooldown", type=float, default=1.0,
                         help="seconds idle before each row: at the board's power limit a row's clock depends on the "
                              "load before it")
-    parser.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16", help="q, k and v's dtype (default bf16)")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="bf16", help="q, k and v's dtype (default bf16)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--rows", help=argparse.SUPPRESS)
     args = parser.parse_args()
