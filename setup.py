@@ -73,7 +73,21 @@ def cuda_extensions():
         extra_objects=prebuilt_objects,
         extra_compile_args={"cxx": ["-O3"], "nvcc": nvcc_flags},
     )
-    return [ext], {"build_ext": BuildExtension}
+    class BuildExtensionLongestFirst(BuildExtension):
+        """distutils sorts an extension's sources by name and ninja starts them in that order; this
+        hands them to the compiler longest expected compile first (features.compile_order), so that
+        the build does not end on a long kernel file started last."""
+
+        def build_extension(self, extension):
+            compile_sources = self.compiler.compile
+            self.compiler.compile = lambda sources, *args, **kwargs: compile_sources(
+                features.compile_order(sources), *args, **kwargs)
+            try:
+                super().build_extension(extension)
+            finally:
+                self.compiler.compile = compile_sources
+
+    return [ext], {"build_ext": BuildExtensionLongestFirst}
 
 
 ext_modules, cmdclass = cuda_extensions()

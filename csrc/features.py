@@ -82,6 +82,27 @@ FWD_SMALL = ((256, False),)
 # on it alone.
 SPLIT_BY_CAUSAL = {("fwd_sm90", "mods")}
 
+# Typical compile seconds of a generated file by (kind, variant), 16 jobs on a 16-core GPU machine:
+# the forward's from session 64's full forward builds (H100 machines, sm_90), the backward's from
+# session 15 (SM80) and sessions 56-57 (Hopper). A build starts its files longest first
+# (compile_order): distutils sorts the sources by name, and ninja starts them in that order, which
+# ended the full forward build on Hopper dropout files started last. Session 64, that build: in name
+# order 82 of 92 files in 560 s on one machine (about 680 s to the end, simulated over its per-file
+# times), longest first 399 s on another (481 s there in name order, simulated; 393 s of compilation
+# a job). Hopper forward files at head dim 32 take about a third as long as the others.
+COMPILE_SECONDS = {
+    ("fwd", "plain"): 105, ("fwd", "mods"): 155, ("fwd", "dropout"): 80,
+    ("fwd_sm90", "plain"): 65, ("fwd_sm90", "mods"): 110, ("fwd_sm90", "dropout"): 165,
+    ("bwd", "plain"): 80, ("bwd", "mods"): 90, ("bwd", "dropout"): 90,
+    ("bwd_sm90", "plain"): 70, ("bwd_sm90", "mods"): 80, ("bwd_sm90", "dropout"): 80,
+    ("fwd_small", "plain"): 80, ("fwd_small", "mods"): 100, ("fwd_small", "dropout"): 80,
+    ("bwd_small", "plain"): 80, ("bwd_small", "mods"): 90, ("bwd_small", "dropout"): 90,
+}
+# The torch glue and the support kernels: 1-20 s each, ops.cpp (torch's op registration) 30-45 s;
+# all counted at 50 so that none of them starts last.
+OTHER_SOURCE_SECONDS = 50
+SOURCE_NAME = re.compile(r"(?P<kind>\w+?)_(?:fp16|bf16)_hdim(?P<hdim>\d+)(?:_(?P<variant>mods|dropout))?(?:_causal)?$")
+
 def _env_list(name, default):
     raw = os.environ.get(name, "").replace(";", ",").strip()
     return tuple(x.strip() for x in raw.split(",") if x.strip()) if raw else tuple(default)
@@ -212,6 +233,20 @@ def generate():
     if "fwd" in passes:
         sources += [ROOT / "csrc" / name for name in FWD_SUPPORT_SOURCES]
     return sources
+
+
+def compile_seconds(source):
+    """The expected compile time of a source (COMPILE_SECONDS), by its generated name."""
+    match = SOURCE_NAME.match(Path(source).stem)
+    if match is None or (match["kind"], match["variant"] or "plain") not in COMPILE_SECONDS:
+        return OTHER_SOURCE_SECONDS
+    seconds = COMPILE_SECONDS[match["kind"], match["variant"] or "plain"]
+    return seconds / 3 if match["kind"] == "fwd_sm90" and match["hdim"] == "32" else seconds
+
+
+def compile_order(sources):
+    """The sources longest expected compile first, ties by name (a stable, reproducible order)."""
+    return sorted(sources, key=lambda s: (-compile_seconds(s), str(s)))
 
 
 # Memory one nvcc job may take: a kernel file of four instantiations peaked at 4.5 GB (the Hopper

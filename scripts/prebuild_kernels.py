@@ -46,7 +46,7 @@ def main():
         sys.exit(f"CuTe headers not found in {looked_in}")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    sources = features.generate()
+    sources = features.compile_order(features.generate())  # longest first, as setup.py
     version = features.nvcc_version()
     failed = 0
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:

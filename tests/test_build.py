@@ -178,3 +178,27 @@ def test_default_max_jobs_fits_memory(features):
     assert features.default_max_jobs(4, None) == 4
     available = features.mem_available_bytes()
     assert available is None or available > 0
+
+
+def test_compile_order_starts_the_longest_files_first(features, tmp_path, monkeypatch):
+    """Every generated file of a whole build has a compile-time estimate by its kind and variant (none
+    falls back to the glue's), and compile_order sorts by it, longest first, whatever order it gets."""
+    monkeypatch.setattr(features, "GENERATED", tmp_path)
+    monkeypatch.setenv("FLASH_ATTN_CUTE_ARCHS", "80,90")
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SMALL_SMEM", "1")
+    for name in ("HDIMS", "DTYPES", "PASSES", "SCORE_MODS", "DROPOUT"):
+        monkeypatch.delenv(f"FLASH_ATTN_CUTE_{name}", raising=False)
+    sources = features.generate()
+    generated = [s for s in sources if s.parent == tmp_path]
+    kinds = {features.SOURCE_NAME.match(s.stem)["kind"] for s in generated}
+    assert kinds == set(features.KINDS)
+    for source in generated:
+        match = features.SOURCE_NAME.match(source.stem)
+        assert (match["kind"], match["variant"] or "plain") in features.COMPILE_SECONDS, source.name
+    order = features.compile_order(sources)
+    assert sorted(order) == sorted(sources) and order == features.compile_order(order[::-1])
+    seconds = [features.compile_seconds(s) for s in order]
+    assert seconds == sorted(seconds, reverse=True)
+    assert order[0].name.startswith("fwd_sm90_") and order[0].stem.endswith("_dropout")
+    assert features.compile_seconds(tmp_path / "fwd_sm90_bf16_hdim32_dropout.cu") < features.compile_seconds(
+        tmp_path / "fwd_sm90_bf16_hdim64_dropout.cu")
