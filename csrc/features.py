@@ -101,7 +101,9 @@ COMPILE_SECONDS = {
 # The torch glue and the support kernels: 1-20 s each, ops.cpp (torch's op registration) 30-45 s;
 # all counted at 50 so that none of them starts last.
 OTHER_SOURCE_SECONDS = 50
-SOURCE_NAME = re.compile(r"(?P<kind>\w+?)_(?:fp16|bf16)_hdim(?P<hdim>\d+)(?:_(?P<variant>mods|dropout))?(?:_causal)?$")
+# source_name's names, read back: kind, dtype, head dim, variant (absent: plain), causal half.
+SOURCE_NAME = re.compile(rf"(?P<kind>\w+?)_(?:{'|'.join(DTYPES)})_hdim(?P<hdim>\d+)"
+                         rf"(?:_(?P<variant>{'|'.join(v for v in VARIANTS if v != 'plain')}))?(?:_causal)?$")
 
 def _env_list(name, default):
     raw = os.environ.get(name, "").replace(";", ",").strip()
@@ -235,13 +237,19 @@ def generate():
     return sources
 
 
+def source_group(source):
+    """(kind, variant, head dim) of a generated source, from its name (source_name); None for others."""
+    match = SOURCE_NAME.match(Path(source).stem)
+    return None if match is None else (match["kind"], match["variant"] or "plain", int(match["hdim"]))
+
+
 def compile_seconds(source):
     """The expected compile time of a source (COMPILE_SECONDS), by its generated name."""
-    match = SOURCE_NAME.match(Path(source).stem)
-    if match is None or (match["kind"], match["variant"] or "plain") not in COMPILE_SECONDS:
+    group = source_group(source)
+    if group is None or group[:2] not in COMPILE_SECONDS:
         return OTHER_SOURCE_SECONDS
-    seconds = COMPILE_SECONDS[match["kind"], match["variant"] or "plain"]
-    return seconds / 3 if match["kind"] == "fwd_sm90" and match["hdim"] == "32" else seconds
+    seconds = COMPILE_SECONDS[group[:2]]
+    return seconds / 3 if group[0] == "fwd_sm90" and group[2] == 32 else seconds
 
 
 def compile_order(sources):
