@@ -2,7 +2,8 @@
 """Decode benchmark: one query row per sequence over a KV cache (flash_attn_with_kvcache).
 
 Grid (issue 4): batch {1, 8, 32, 64} x cache length {1k, 8k, 32k, 128k}, 32 query heads over 8 KV
-heads, hdim 128 (--hdim), bf16, a contiguous cache and a paged one (page size 256, pages shuffled).
+heads, hdim 128 (--hdim), bf16 (--dtype), a contiguous cache and a paged one (page size 256
+(--page-size), pages shuffled).
 Reported per point: microseconds per call (triton.testing.do_bench median of a CUDA graph of 20
 calls, as decoders run: GPU time without Python overhead), GB/s of K/V read, that
 rate as a % of the device-to-device copy bandwidth measured in the same run, and the speed ratio
@@ -22,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-NHEADS, NHEADS_K, PAGE_SIZE = 32, 8, 256
+NHEADS, NHEADS_K = 32, 8
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SDPA = {"FA2": SDPBackend.FLASH_ATTENTION, "cuDNN": SDPBackend.CUDNN_ATTENTION}
 
 
@@ -36,6 +38,9 @@ def parse_args(argv=None):
     p.add_argument("--lengths", type=int_list, default=[1024, 8192, 32768, 131072])
     p.add_argument("--layouts", default="contiguous,paged", help="comma list of contiguous,paged")
     p.add_argument("--hdim", type=int, default=128, help="head dim (the issue's grid: 128)")
+    p.add_argument("--dtype", choices=DTYPES, default="bf16")
+    p.add_argument("--page-size", type=int, default=256,
+                   help="the paged layout's page size (below the kernel's key block, rows are looked up one by one)")
     p.add_argument("--out", metavar="PREFIX", help="write <PREFIX>.md and <PREFIX>.json")
     p.add_argument("--num-splits", type=int, default=0, help="flash_attn_with_kvcache's num_splits (0: heuristic)")
     p.add_argument("--profile", action="store_true",
@@ -84,15 +89,15 @@ def kernel_times(fn, calls=20):
     return times
 
 
-def run_point(fac, batch, length, layout, hdim=128, num_splits=0, profile=False):
+def run_point(fac, batch, length, layout, hdim=128, num_splits=0, profile=False, dtype=torch.bfloat16,
+              page_size=256):
     """{name: microseconds} for one grid point, plus the max |difference| of cute against FA2."""
-    dtype = torch.bfloat16
     q = torch.randn(batch, 1, NHEADS, hdim, device="cuda", dtype=dtype)
     seqlens = torch.full((batch,), length, device="cuda", dtype=torch.int32)
     times, diff = {}, float("nan")
     if layout == "paged":
-        pages_per_seq = math.ceil(length / PAGE_SIZE)
-        k_cache = torch.randn(batch * pages_per_seq, PAGE_SIZE, NHEADS_K, hdim, device="cuda", dtype=dtype)
+        pages_per_seq = math.ceil(length / page_size)
+        k_cache = torch.randn(batch * pages_per_seq, page_size, NHEADS_K, hdim, device="cuda", dtype=dtype)
         table = torch.randperm(batch * pages_per_seq, device="cuda").view(batch, pages_per_seq).to(torch.int32)
     else:
         k_cache = torch.randn(batch, length, NHEADS_K, hdim, device="cuda", dtype=dtype)
@@ -136,7 +141,8 @@ def main(argv=None):
     for layout in args.layouts.split(","):
         for batch in args.batches:
             for length in args.lengths:
-                times, diff = run_point(fac, batch, length, layout, args.hdim, args.num_splits, args.profile)
+                times, diff = run_point(fac, batch, length, layout, args.hdim, args.num_splits, args.profile,
+                                        DTYPES[args.dtype], args.page_size)
                 kv_bytes = 2 * batch * length * NHEADS_K * args.hdim * 2
                 gbs = kv_bytes / times["cute"] / 1e3
                 row = dict(layout=layout, batch=batch, length=length, us=times["cute"], gbs=gbs,
@@ -149,8 +155,8 @@ def main(argv=None):
                 torch.cuda.empty_cache()
     lines = [f"# Decode benchmark ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
              f"{torch.cuda.get_device_name()})", "",
-             f"{NHEADS} query heads, {NHEADS_K} KV heads, hdim {args.hdim}, bf16, seqlen_q 1; paged: page size "
-             f"{PAGE_SIZE}. Copy bandwidth measured in this run: {copy_gbs:.0f} GB/s. Ratios are speedups "
+             f"{NHEADS} query heads, {NHEADS_K} KV heads, hdim {args.hdim}, {args.dtype}, seqlen_q 1; paged: page size "
+             f"{args.page_size}. Copy bandwidth measured in this run: {copy_gbs:.0f} GB/s. Ratios are speedups "
              "(SDPA time / cute time) on the contiguous cache.", "",
              "| layout | batch | cache len | K/V MB | us | GB/s | % copy BW | vs FA2 | vs cuDNN | max diff vs FA2 |",
              "|---|---|---|---|---|---|---|---|---|---|"]
