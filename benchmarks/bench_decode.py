@@ -12,6 +12,7 @@ same contiguous cache. Examples:
   python benchmarks/bench_decode.py --out benchmarks/results/h200_decode
   python benchmarks/bench_decode.py --batches 8 --lengths 8192 --layouts paged
   python benchmarks/bench_decode.py --batches 1 --profile   (GPU time per kernel of each call)
+  python benchmarks/bench_decode.py --append 1   (a decoder's step: append one rotated key / value, then attend)
 """
 import argparse
 import json
@@ -43,6 +44,9 @@ def parse_args(argv=None):
                    help="the paged layout's page size (below the kernel's key block, rows are looked up one by one)")
     p.add_argument("--out", metavar="PREFIX", help="write <PREFIX>.md and <PREFIX>.json")
     p.add_argument("--num-splits", type=int, default=0, help="flash_attn_with_kvcache's num_splits (0: heuristic)")
+    p.add_argument("--append", type=int, default=0, metavar="N",
+                   help="a decoder's step: each call also appends N new keys and values (the last N of the cache "
+                        "length), with rotary embedding on k and q, causal (SDPA: the attention alone)")
     p.add_argument("--profile", action="store_true",
                    help="also print each kernel's GPU time per flash_attn_cute call (torch.profiler)")
     return p.parse_args(argv)
@@ -90,10 +94,11 @@ def kernel_times(fn, calls=20):
 
 
 def run_point(fac, batch, length, layout, hdim=128, num_splits=0, profile=False, dtype=torch.bfloat16,
-              page_size=256):
-    """{name: microseconds} for one grid point, plus the max |difference| of cute against FA2."""
+              page_size=256, append=0):
+    """{name: microseconds} for one grid point, plus the max |difference| of cute against FA2 (not
+    measured with append, whose rotary embedding SDPA does not apply)."""
     q = torch.randn(batch, 1, NHEADS, hdim, device="cuda", dtype=dtype)
-    seqlens = torch.full((batch,), length, device="cuda", dtype=torch.int32)
+    seqlens = torch.full((batch,), length - append, device="cuda", dtype=torch.int32)
     times, diff = {}, float("nan")
     if layout == "paged":
         pages_per_seq = math.ceil(length / page_size)
@@ -103,8 +108,15 @@ def run_point(fac, batch, length, layout, hdim=128, num_splits=0, profile=False,
         k_cache = torch.randn(batch, length, NHEADS_K, hdim, device="cuda", dtype=dtype)
         table = None
     v_cache = torch.randn_like(k_cache)
+    kwargs = {}
+    if append:
+        angles = torch.outer(torch.arange(length, device="cuda", dtype=torch.float32),
+                             10000.0 ** -(torch.arange(0, hdim, 2, device="cuda", dtype=torch.float32) / hdim))
+        kwargs = dict(k=torch.randn(batch, append, NHEADS_K, hdim, device="cuda", dtype=dtype),
+                      v=torch.randn(batch, append, NHEADS_K, hdim, device="cuda", dtype=dtype),
+                      rotary_cos=angles.cos().to(dtype), rotary_sin=angles.sin().to(dtype), causal=True)
     call = lambda: fac.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table,
-                                              num_splits=num_splits)
+                                              num_splits=num_splits, **kwargs)
     out = call()
     times["cute"] = bench_graph(call)
     if profile:
@@ -120,7 +132,7 @@ def run_point(fac, batch, length, layout, hdim=128, num_splits=0, profile=False,
                 times[name] = bench_graph(sdpa)
                 if profile:
                     print_kernel_times(batch, length, name, sdpa)
-            if name == "FA2":
+            if name == "FA2" and not append:
                 diff = (ref.transpose(1, 2).float() - out.float()).abs().max().item()
         except (RuntimeError, torch.OutOfMemoryError) as exc:
             print(f"  {name} b{batch} L{length}: {str(exc).splitlines()[0][:100]}", file=sys.stderr)
@@ -142,7 +154,7 @@ def main(argv=None):
         for batch in args.batches:
             for length in args.lengths:
                 times, diff = run_point(fac, batch, length, layout, args.hdim, args.num_splits, args.profile,
-                                        DTYPES[args.dtype], args.page_size)
+                                        DTYPES[args.dtype], args.page_size, args.append)
                 kv_bytes = 2 * batch * length * NHEADS_K * args.hdim * 2
                 gbs = kv_bytes / times["cute"] / 1e3
                 row = dict(layout=layout, batch=batch, length=length, us=times["cute"], gbs=gbs,
@@ -157,7 +169,9 @@ def main(argv=None):
              f"{torch.cuda.get_device_name()})", "",
              f"{NHEADS} query heads, {NHEADS_K} KV heads, hdim {args.hdim}, {args.dtype}, seqlen_q 1; paged: page size "
              f"{args.page_size}. Copy bandwidth measured in this run: {copy_gbs:.0f} GB/s. Ratios are speedups "
-             "(SDPA time / cute time) on the contiguous cache.", "",
+             "(SDPA time / cute time) on the contiguous cache." +
+             (f" Each cute call appends {args.append} rotated keys / values (the cache's last rows) and rotates q; "
+              "SDPA only attends." if args.append else ""), "",
              "| layout | batch | cache len | K/V MB | us | GB/s | % copy BW | vs FA2 | vs cuDNN | max diff vs FA2 |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
