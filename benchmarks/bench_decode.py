@@ -47,6 +47,9 @@ def parse_args(argv=None):
     p.add_argument("--append", type=int, default=0, metavar="N",
                    help="a decoder's step: each call also appends N new keys and values (the last N of the cache "
                         "length), with rotary embedding on k and q, causal (SDPA: the attention alone)")
+    p.add_argument("--eager", action="store_true",
+                   help="time calls launched one by one from Python (host time included where it exceeds the "
+                        "GPU's) instead of replayed from a CUDA graph")
     p.add_argument("--profile", action="store_true",
                    help="also print each kernel's GPU time per flash_attn_cute call (torch.profiler)")
     return p.parse_args(argv)
@@ -94,7 +97,7 @@ def kernel_times(fn, calls=20):
 
 
 def run_point(fac, batch, length, layout, hdim=128, num_splits=0, profile=False, dtype=torch.bfloat16,
-              page_size=256, append=0):
+              page_size=256, append=0, eager=False):
     """{name: microseconds} for one grid point, plus the max |difference| of cute against FA2 (not
     measured with append, whose rotary embedding SDPA does not apply)."""
     q = torch.randn(batch, 1, NHEADS, hdim, device="cuda", dtype=dtype)
@@ -118,7 +121,8 @@ def run_point(fac, batch, length, layout, hdim=128, num_splits=0, profile=False,
     call = lambda: fac.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table,
                                               num_splits=num_splits, **kwargs)
     out = call()
-    times["cute"] = bench_graph(call)
+    timer = bench if eager else bench_graph
+    times["cute"] = timer(call)
     if profile:
         print_kernel_times(batch, length, layout, call)
     if layout == "paged":  # SDPA has no paged form
@@ -129,7 +133,7 @@ def run_point(fac, batch, length, layout, hdim=128, num_splits=0, profile=False,
             with sdpa_kernel(backend):
                 ref = F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
                 sdpa = lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
-                times[name] = bench_graph(sdpa)
+                times[name] = timer(sdpa)
                 if profile:
                     print_kernel_times(batch, length, name, sdpa)
             if name == "FA2" and not append:
@@ -154,7 +158,7 @@ def main(argv=None):
         for batch in args.batches:
             for length in args.lengths:
                 times, diff = run_point(fac, batch, length, layout, args.hdim, args.num_splits, args.profile,
-                                        DTYPES[args.dtype], args.page_size, args.append)
+                                        DTYPES[args.dtype], args.page_size, args.append, args.eager)
                 kv_bytes = 2 * batch * length * NHEADS_K * args.hdim * 2
                 gbs = kv_bytes / times["cute"] / 1e3
                 row = dict(layout=layout, batch=batch, length=length, us=times["cute"], gbs=gbs,
@@ -170,6 +174,7 @@ def main(argv=None):
              f"{NHEADS} query heads, {NHEADS_K} KV heads, hdim {args.hdim}, {args.dtype}, seqlen_q 1; paged: page size "
              f"{args.page_size}. Copy bandwidth measured in this run: {copy_gbs:.0f} GB/s. Ratios are speedups "
              "(SDPA time / cute time) on the contiguous cache." +
+             (" Calls launched one by one (--eager), not from a CUDA graph." if args.eager else "") +
              (f" Each cute call appends {args.append} rotated keys / values (the cache's last rows) and rotates q; "
               "SDPA only attends." if args.append else ""), "",
              "| layout | batch | cache len | K/V MB | us | GB/s | % copy BW | vs FA2 | vs cuDNN | max diff vs FA2 |",
