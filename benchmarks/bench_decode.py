@@ -46,10 +46,11 @@ def parse_args(argv=None):
     p.add_argument("--num-splits", type=int, default=0, help="flash_attn_with_kvcache's num_splits (0: heuristic)")
     p.add_argument("--append", type=int, default=0, metavar="N",
                    help="a decoder's step: each call also appends N new keys and values (the last N of the cache "
-                        "length), with rotary embedding on k and q, causal (SDPA: the attention alone)")
+                        "length) for N query rows, with rotary embedding on k and q, causal (SDPA: the attention "
+                        "alone, not causal)")
     p.add_argument("--eager", action="store_true",
-                   help="time calls launched one by one from Python (host time included where it exceeds the "
-                        "GPU's) instead of replayed from a CUDA graph")
+                   help="time back-to-back calls launched one by one from Python (host time included where it "
+                        "exceeds the GPU's) instead of replayed from a CUDA graph")
     p.add_argument("--profile", action="store_true",
                    help="also print each kernel's GPU time per flash_attn_cute call (torch.profiler)")
     return p.parse_args(argv)
@@ -58,6 +59,24 @@ def parse_args(argv=None):
 def bench(fn):
     import triton.testing
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3  # us
+
+
+def bench_eager(fn, calls=50, repeats=7):
+    """Microseconds per call of `calls` back-to-back calls of fn launched from Python (median of
+    `repeats`), as an eager decode loop runs them: the host's time per call where it exceeds the GPU's."""
+    for _ in range(5):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / calls)
+    return sorted(times)[len(times) // 2]
 
 
 def bench_graph(fn, calls=20):
@@ -100,7 +119,7 @@ def run_point(fac, batch, length, layout, hdim=128, num_splits=0, profile=False,
               page_size=256, append=0, eager=False):
     """{name: microseconds} for one grid point, plus the max |difference| of cute against FA2 (not
     measured with append, whose rotary embedding SDPA does not apply)."""
-    q = torch.randn(batch, 1, NHEADS, hdim, device="cuda", dtype=dtype)
+    q = torch.randn(batch, max(append, 1), NHEADS, hdim, device="cuda", dtype=dtype)
     seqlens = torch.full((batch,), length - append, device="cuda", dtype=torch.int32)
     times, diff = {}, float("nan")
     if layout == "paged":
@@ -113,7 +132,8 @@ def run_point(fac, batch, length, layout, hdim=128, num_splits=0, profile=False,
     v_cache = torch.randn_like(k_cache)
     kwargs = {}
     if append:
-        angles = torch.outer(torch.arange(length, device="cuda", dtype=torch.float32),
+        angles = torch.outer(torch.arange(k_cache.size(1) * (1 if table is None else table.size(1)), device="cuda",
+                                          dtype=torch.float32),
                              10000.0 ** -(torch.arange(0, hdim, 2, device="cuda", dtype=torch.float32) / hdim))
         kwargs = dict(k=torch.randn(batch, append, NHEADS_K, hdim, device="cuda", dtype=dtype),
                       v=torch.randn(batch, append, NHEADS_K, hdim, device="cuda", dtype=dtype),
@@ -121,7 +141,7 @@ def run_point(fac, batch, length, layout, hdim=128, num_splits=0, profile=False,
     call = lambda: fac.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table,
                                               num_splits=num_splits, **kwargs)
     out = call()
-    timer = bench if eager else bench_graph
+    timer = bench_eager if eager else bench_graph
     times["cute"] = timer(call)
     if profile:
         print_kernel_times(batch, length, layout, call)
@@ -171,7 +191,7 @@ def main(argv=None):
                 torch.cuda.empty_cache()
     lines = [f"# Decode benchmark ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
              f"{torch.cuda.get_device_name()})", "",
-             f"{NHEADS} query heads, {NHEADS_K} KV heads, hdim {args.hdim}, {args.dtype}, seqlen_q 1; paged: page size "
+             f"{NHEADS} query heads, {NHEADS_K} KV heads, hdim {args.hdim}, {args.dtype}, seqlen_q {max(args.append, 1)}; paged: page size "
              f"{args.page_size}. Copy bandwidth measured in this run: {copy_gbs:.0f} GB/s. Ratios are speedups "
              "(SDPA time / cute time) on the contiguous cache." +
              (" Calls launched one by one (--eager), not from a CUDA graph." if args.eager else "") +

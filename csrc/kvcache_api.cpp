@@ -3,6 +3,7 @@
 // the arguments first; these checks keep a direct torch.ops call from reaching a kernel with bad
 // input. Nothing here reads a device tensor, so a decode step can be captured in a CUDA graph.
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -113,11 +114,14 @@ void append_kv(at::Tensor const& k, at::Tensor const& v, at::Tensor& k_cache, at
                                std::nullopt, std::nullopt, false, true, "v");
   params.copies = 2;
   if (q.has_value()) {
-    TORCH_CHECK(q->sizes() == q_rotated->sizes() && q->size(3) == k.size(3),
-                "flash_attn_cute: append_kv: q and q_rotated must have one shape and k's head dim");
+    TORCH_CHECK(q->sizes() == q_rotated->sizes() && q->size(3) == k.size(3) && q->scalar_type() == k.scalar_type(),
+                "flash_attn_cute: append_kv: q and q_rotated must have one shape and k's head dim and dtype");
     params.copy[params.copies++] = row_copy_of(*q, *q_rotated, batch, std::nullopt, std::nullopt, std::nullopt, cos,
                                                sin, cache_seqlens, interleaved, q_per_row, "q");
   }
+  // Each sequence's first block writes rows_end[b] while the others read cache_seqlens[b].
+  TORCH_CHECK(at::get_overlap_status(seqused_k, cache_seqlens) == at::MemOverlapStatus::No,
+              "flash_attn_cute: append_kv: seqused_k must not share memory with cache_seqlens");
   params.rows_end = const_cast<int*>(int_ptr(seqused_k, k, batch, 1, "seqused_k"));
   c10::cuda::CUDAGuard device_guard(k.device());
   const cudaError_t err = run_rotary_copy(params, c10::cuda::getCurrentCUDAStream().stream());
