@@ -23,20 +23,6 @@ namespace flash_attn_cute {
 
 using namespace cute;
 
-// A key block of a paged K or V whose pages are shorter than the block: each row's page comes from
-// the block table (paged_row_offset); block row r is key row row0 + r. Not inlined: inlined at each of
-// the split kernel's K and V loads it took twice the compile time (cicc 140 -> 86 s, ptxas 32 -> 16 s,
-// the head dim 32 score-mod file) and made the split kernels spill (up to 376 bytes at head dim 64).
-template <bool Check_rows, bool Check_cols, class TiledCopy, class Element, class TensorD, class TensorC>
-__device__ __noinline__ void copy_paged_rows_or_zero(TiledCopy tiled_copy, FwdParams const& params,
-                                                     TensorView const& view, int bidb, int row0,
-                                                     Element const* head_ptr, TensorD tD, TensorC tC, int max_row,
-                                                     int max_col) {
-  copy_rows_or_zero<Check_rows, Check_cols>(
-      tiled_copy, head_ptr, [&](int row) { return paged_row_offset(params, view, bidb, row0 + row); }, tD, tC,
-      max_row, max_col);
-}
-
 // Is_even_K: head_dim == kHeadDim, so no column predicates. kVariant: plain, score mods (softcap,
 // ALiBi, local windows) or dropout (params.h). Is_split: the split-KV kernel. Its warps each run
 // split `split` of params.num_splits, in their own shared memory (Traits is one warp's), and write
@@ -128,8 +114,9 @@ __device__ __forceinline__ void fwd_row_block(FwdParams const& params, char* sme
         return;
       }
       if (params.block_table != nullptr) {
-        copy_paged_rows_or_zero<kCheckRows, !Is_even_K>(gmem_tiled_copy, params, view, bidb, n_block * kBlockN,
-                                                        head_ptr, tsmem, tKVcKV, rows_valid, params.head_dim);
+        auto row_offset = [&](int row) { return paged_row_offset(params, view, bidb, n_block * kBlockN + row); };
+        copy_rows_or_zero<kCheckRows, !Is_even_K>(gmem_tiled_copy, head_ptr, row_offset, tsmem, tKVcKV, rows_valid,
+                                                  params.head_dim);
         return;
       }
     }
