@@ -2,7 +2,8 @@
 """Decode benchmark: one query row per sequence over a KV cache (flash_attn_with_kvcache).
 
 Grid (issue 4): batch {1, 8, 32, 64} x cache length {1k, 8k, 32k, 128k}, 32 query heads over 8 KV
-heads, hdim 128 (--hdim), bf16, a contiguous cache and a paged one (page size 256, pages shuffled).
+heads, hdim 128 (--hdim), bf16 (--dtype), a contiguous cache and a paged one (page size 256
+(--page-size), pages shuffled).
 Reported per point: microseconds per call (triton.testing.do_bench median of a CUDA graph of 20
 calls, as decoders run: GPU time without Python overhead), GB/s of K/V read, that
 rate as a % of the device-to-device copy bandwidth measured in the same run, and the speed ratio
@@ -11,6 +12,7 @@ same contiguous cache. Examples:
   python benchmarks/bench_decode.py --out benchmarks/results/h200_decode
   python benchmarks/bench_decode.py --batches 8 --lengths 8192 --layouts paged
   python benchmarks/bench_decode.py --batches 1 --profile   (GPU time per kernel of each call)
+  python benchmarks/bench_decode.py --append 1   (a decoder's step: append one rotated key / value, then attend)
 """
 import argparse
 import json
@@ -22,7 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-NHEADS, NHEADS_K, PAGE_SIZE = 32, 8, 256
+NHEADS, NHEADS_K = 32, 8
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SDPA = {"FA2": SDPBackend.FLASH_ATTENTION, "cuDNN": SDPBackend.CUDNN_ATTENTION}
 
 
@@ -36,8 +39,18 @@ def parse_args(argv=None):
     p.add_argument("--lengths", type=int_list, default=[1024, 8192, 32768, 131072])
     p.add_argument("--layouts", default="contiguous,paged", help="comma list of contiguous,paged")
     p.add_argument("--hdim", type=int, default=128, help="head dim (the issue's grid: 128)")
+    p.add_argument("--dtype", choices=DTYPES, default="bf16")
+    p.add_argument("--page-size", type=int, default=256,
+                   help="the paged layout's page size (below the kernel's key block, rows are looked up one by one)")
     p.add_argument("--out", metavar="PREFIX", help="write <PREFIX>.md and <PREFIX>.json")
     p.add_argument("--num-splits", type=int, default=0, help="flash_attn_with_kvcache's num_splits (0: heuristic)")
+    p.add_argument("--append", type=int, default=0, metavar="N",
+                   help="a decoder's step: each call also appends N new keys and values (the last N of the cache "
+                        "length) for N query rows, with rotary embedding on k and q, causal (SDPA: the attention "
+                        "alone, not causal)")
+    p.add_argument("--eager", action="store_true",
+                   help="time back-to-back calls launched one by one from Python (host time included where it "
+                        "exceeds the GPU's) instead of replayed from a CUDA graph")
     p.add_argument("--profile", action="store_true",
                    help="also print each kernel's GPU time per flash_attn_cute call (torch.profiler)")
     return p.parse_args(argv)
@@ -46,6 +59,24 @@ def parse_args(argv=None):
 def bench(fn):
     import triton.testing
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3  # us
+
+
+def bench_eager(fn, calls=50, repeats=7):
+    """Microseconds per call of `calls` back-to-back calls of fn launched from Python (median of
+    `repeats`), as an eager decode loop runs them: the host's time per call where it exceeds the GPU's."""
+    for _ in range(5):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / calls)
+    return sorted(times)[len(times) // 2]
 
 
 def bench_graph(fn, calls=20):
@@ -84,24 +115,34 @@ def kernel_times(fn, calls=20):
     return times
 
 
-def run_point(fac, batch, length, layout, hdim=128, num_splits=0, profile=False):
-    """{name: microseconds} for one grid point, plus the max |difference| of cute against FA2."""
-    dtype = torch.bfloat16
-    q = torch.randn(batch, 1, NHEADS, hdim, device="cuda", dtype=dtype)
-    seqlens = torch.full((batch,), length, device="cuda", dtype=torch.int32)
+def run_point(fac, batch, length, layout, hdim=128, num_splits=0, profile=False, dtype=torch.bfloat16,
+              page_size=256, append=0, eager=False):
+    """{name: microseconds} for one grid point, plus the max |difference| of cute against FA2 (not
+    measured with append, whose rotary embedding SDPA does not apply)."""
+    q = torch.randn(batch, max(append, 1), NHEADS, hdim, device="cuda", dtype=dtype)
+    seqlens = torch.full((batch,), length - append, device="cuda", dtype=torch.int32)
     times, diff = {}, float("nan")
     if layout == "paged":
-        pages_per_seq = math.ceil(length / PAGE_SIZE)
-        k_cache = torch.randn(batch * pages_per_seq, PAGE_SIZE, NHEADS_K, hdim, device="cuda", dtype=dtype)
+        pages_per_seq = math.ceil(length / page_size)
+        k_cache = torch.randn(batch * pages_per_seq, page_size, NHEADS_K, hdim, device="cuda", dtype=dtype)
         table = torch.randperm(batch * pages_per_seq, device="cuda").view(batch, pages_per_seq).to(torch.int32)
     else:
         k_cache = torch.randn(batch, length, NHEADS_K, hdim, device="cuda", dtype=dtype)
         table = None
     v_cache = torch.randn_like(k_cache)
+    kwargs = {}
+    if append:
+        angles = torch.outer(torch.arange(k_cache.size(1) * (1 if table is None else table.size(1)), device="cuda",
+                                          dtype=torch.float32),
+                             10000.0 ** -(torch.arange(0, hdim, 2, device="cuda", dtype=torch.float32) / hdim))
+        kwargs = dict(k=torch.randn(batch, append, NHEADS_K, hdim, device="cuda", dtype=dtype),
+                      v=torch.randn(batch, append, NHEADS_K, hdim, device="cuda", dtype=dtype),
+                      rotary_cos=angles.cos().to(dtype), rotary_sin=angles.sin().to(dtype), causal=True)
     call = lambda: fac.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table,
-                                              num_splits=num_splits)
+                                              num_splits=num_splits, **kwargs)
     out = call()
-    times["cute"] = bench_graph(call)
+    timer = bench_eager if eager else bench_graph
+    times["cute"] = timer(call)
     if profile:
         print_kernel_times(batch, length, layout, call)
     if layout == "paged":  # SDPA has no paged form
@@ -112,10 +153,10 @@ def run_point(fac, batch, length, layout, hdim=128, num_splits=0, profile=False)
             with sdpa_kernel(backend):
                 ref = F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
                 sdpa = lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
-                times[name] = bench_graph(sdpa)
+                times[name] = timer(sdpa)
                 if profile:
                     print_kernel_times(batch, length, name, sdpa)
-            if name == "FA2":
+            if name == "FA2" and not append:
                 diff = (ref.transpose(1, 2).float() - out.float()).abs().max().item()
         except (RuntimeError, torch.OutOfMemoryError) as exc:
             print(f"  {name} b{batch} L{length}: {str(exc).splitlines()[0][:100]}", file=sys.stderr)
@@ -136,7 +177,8 @@ def main(argv=None):
     for layout in args.layouts.split(","):
         for batch in args.batches:
             for length in args.lengths:
-                times, diff = run_point(fac, batch, length, layout, args.hdim, args.num_splits, args.profile)
+                times, diff = run_point(fac, batch, length, layout, args.hdim, args.num_splits, args.profile,
+                                        DTYPES[args.dtype], args.page_size, args.append, args.eager)
                 kv_bytes = 2 * batch * length * NHEADS_K * args.hdim * 2
                 gbs = kv_bytes / times["cute"] / 1e3
                 row = dict(layout=layout, batch=batch, length=length, us=times["cute"], gbs=gbs,
@@ -149,9 +191,12 @@ def main(argv=None):
                 torch.cuda.empty_cache()
     lines = [f"# Decode benchmark ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
              f"{torch.cuda.get_device_name()})", "",
-             f"{NHEADS} query heads, {NHEADS_K} KV heads, hdim {args.hdim}, bf16, seqlen_q 1; paged: page size "
-             f"{PAGE_SIZE}. Copy bandwidth measured in this run: {copy_gbs:.0f} GB/s. Ratios are speedups "
-             "(SDPA time / cute time) on the contiguous cache.", "",
+             f"{NHEADS} query heads, {NHEADS_K} KV heads, hdim {args.hdim}, {args.dtype}, seqlen_q {max(args.append, 1)}; paged: page size "
+             f"{args.page_size}. Copy bandwidth measured in this run: {copy_gbs:.0f} GB/s. Ratios are speedups "
+             "(SDPA time / cute time) on the contiguous cache." +
+             (" Calls launched one by one (--eager), not from a CUDA graph." if args.eager else "") +
+             (f" Each cute call appends {args.append} rotated keys / values (the cache's last rows) and rotates q; "
+              "SDPA only attends." if args.append else ""), "",
              "| layout | batch | cache len | K/V MB | us | GB/s | % copy BW | vs FA2 | vs cuDNN | max diff vs FA2 |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -3,6 +3,7 @@
 // the arguments first; these checks keep a direct torch.ops call from reaching a kernel with bad
 // input. Nothing here reads a device tensor, so a decode step can be captured in a CUDA graph.
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -30,64 +31,101 @@ void check_cache(at::Tensor const& t, at::Tensor const& q, char const* name) {
               name, " must be a 4-D tensor with q's dtype and device");
 }
 
+// src's rows into dst (row_base[b] + i of dst entry dst_batch_idx[b] or of block_table's pages),
+// rotated by cos / sin at pos_base[b] (+ i when pos_per_row) when given.
+RowCopy row_copy_of(at::Tensor const& src, at::Tensor const& dst, int64_t batch, std::optional<at::Tensor> const& row_base,
+                    std::optional<at::Tensor> const& dst_batch_idx, std::optional<at::Tensor> const& block_table,
+                    std::optional<at::Tensor> const& cos, std::optional<at::Tensor> const& sin,
+                    std::optional<at::Tensor> const& pos_base, bool interleaved, bool pos_per_row, char const* name) {
+  TORCH_CHECK(src.dim() == 4 && src.scalar_type() == dst.scalar_type() && src.device() == dst.device() &&
+                  src.size(0) == batch,
+              "flash_attn_cute: append_kv: ", name, " must be a 4-D tensor of the cache's dtype and device with ",
+              num(batch), " sequences");
+  check_cache(dst, src, name);
+  TORCH_CHECK(dst.size(2) == src.size(2) && dst.size(3) == src.size(3), "flash_attn_cute: append_kv: ", name,
+              " and its destination must have the same heads and head dim");
+  RowCopy copy;
+  copy.src = view_of(src, false);
+  copy.dst = view_of(dst, false);
+  copy.rows = int(src.size(1));
+  copy.heads = int(src.size(2));
+  copy.row_base = int_ptr(row_base, src, batch, 1, "cache_seqlens");
+  copy.dst_batch_idx = int_ptr(dst_batch_idx, src, batch, 1, "cache_batch_idx");
+  copy.block_table = int_ptr(block_table, src, batch, 2, "block_table");
+  copy.dst_batch = int(dst.size(0));
+  if (copy.block_table) {
+    copy.block_table_batch_stride = block_table->stride(0);
+    copy.page_size = int(dst.size(1));
+    copy.dst_rows = int(block_table->size(1) * dst.size(1));
+  } else {
+    TORCH_CHECK(copy.dst_batch_idx || dst.size(0) == batch, "flash_attn_cute: append_kv: ", name,
+                ": batch mismatch");
+    copy.dst_rows = int(dst.size(1));
+  }
+  if (cos.has_value()) {
+    copy.rotary_dim = int(2 * cos->size(1));
+    copy.cos = cos->data_ptr();
+    copy.sin = sin->data_ptr();
+    copy.seqlen_ro = int(cos->size(0));
+    copy.interleaved = interleaved;
+    copy.pos_base = int_ptr(pos_base, src, batch, 1, "cache_seqlens");
+    copy.pos_per_row = pos_per_row;
+  }
+  return copy;
+}
+
 }  // namespace
 
-void rotary_copy(at::Tensor const& src, at::Tensor& dst, std::optional<at::Tensor> const& row_base,
-                 std::optional<at::Tensor> const& dst_batch_idx, std::optional<at::Tensor> const& block_table,
-                 std::optional<at::Tensor> const& cos, std::optional<at::Tensor> const& sin,
-                 std::optional<at::Tensor> const& pos_base, bool interleaved, bool pos_per_row) {
-  TORCH_CHECK(src.dim() == 4 && src.is_cuda(), "flash_attn_cute: rotary_copy: src must be a 4-D CUDA tensor");
-  TORCH_CHECK(src.scalar_type() == at::kHalf || src.scalar_type() == at::kBFloat16,
-              "flash_attn_cute: rotary_copy: float16 or bfloat16 only");
-  check_cache(dst, src, "rotary_copy dst");
-  TORCH_CHECK(dst.size(2) == src.size(2) && dst.size(3) == src.size(3),
-              "flash_attn_cute: rotary_copy: src and dst must have the same heads and head dim");
-  const int64_t batch = src.size(0);
-  RowCopyParams params;
-  params.src = view_of(src, false);
-  params.dst = view_of(dst, false);
-  TORCH_CHECK(src.size(3) % 8 == 0, "flash_attn_cute: rotary_copy: head dim must be a multiple of 8");
-  params.batch = int(batch);
-  params.rows = int(src.size(1));
-  params.heads = int(src.size(2));
-  params.head_dim = int(src.size(3));
-  params.dtype = src.scalar_type() == at::kHalf ? DType::kFloat16 : DType::kBFloat16;
-  params.row_base = int_ptr(row_base, src, batch, 1, "cache_seqlens");
-  params.dst_batch_idx = int_ptr(dst_batch_idx, src, batch, 1, "cache_batch_idx");
-  params.block_table = int_ptr(block_table, src, batch, 2, "block_table");
-  params.dst_batch = int(dst.size(0));
-  if (params.block_table) {
-    params.block_table_batch_stride = block_table->stride(0);
-    params.page_size = int(dst.size(1));
-    params.dst_rows = int(block_table->size(1) * dst.size(1));
-  } else {
-    TORCH_CHECK(params.dst_batch_idx || dst.size(0) == batch, "flash_attn_cute: rotary_copy: batch mismatch");
-    params.dst_rows = int(dst.size(1));
-  }
+void append_kv(at::Tensor const& k, at::Tensor const& v, at::Tensor& k_cache, at::Tensor& v_cache,
+               at::Tensor const& cache_seqlens, std::optional<at::Tensor> const& cache_batch_idx,
+               std::optional<at::Tensor> const& block_table, std::optional<at::Tensor> const& cos,
+               std::optional<at::Tensor> const& sin, bool interleaved, std::optional<at::Tensor> const& q,
+               std::optional<at::Tensor> const& q_rotated, bool q_per_row, at::Tensor& seqused_k) {
+  TORCH_CHECK(k.dim() == 4 && k.is_cuda(), "flash_attn_cute: append_kv: k must be a 4-D CUDA tensor");
+  TORCH_CHECK(k.scalar_type() == at::kHalf || k.scalar_type() == at::kBFloat16,
+              "flash_attn_cute: append_kv: float16 or bfloat16 only");
+  TORCH_CHECK(k.sizes() == v.sizes(), "flash_attn_cute: append_kv: k and v must have the same shape");
+  TORCH_CHECK(k.size(3) % 8 == 0, "flash_attn_cute: append_kv: head dim must be a multiple of 8");
+  const int64_t batch = k.size(0);
+  TORCH_CHECK(batch <= 65535, "flash_attn_cute: append_kv: batch must be at most 65535");
   TORCH_CHECK(cos.has_value() == sin.has_value(), "flash_attn_cute: give both rotary_cos and rotary_sin or neither");
   if (cos.has_value()) {
     for (auto const* t : {&*cos, &*sin}) {
-      TORCH_CHECK(t->dim() == 2 && t->is_contiguous() && t->scalar_type() == src.scalar_type() &&
-                      t->device() == src.device() && t->sizes() == cos->sizes(),
+      TORCH_CHECK(t->dim() == 2 && t->is_contiguous() && t->scalar_type() == k.scalar_type() &&
+                      t->device() == k.device() && t->sizes() == cos->sizes(),
                   "flash_attn_cute: rotary_cos / rotary_sin must be contiguous (seqlen_ro, rotary_dim / 2) tensors "
                   "of q's dtype and device");
     }
-    params.rotary_dim = int(2 * cos->size(1));
-    TORCH_CHECK(params.rotary_dim % 16 == 0 && params.rotary_dim <= params.head_dim,
+    TORCH_CHECK(2 * cos->size(1) % 16 == 0 && 2 * cos->size(1) <= k.size(3),
                 "flash_attn_cute: rotary_dim must be a multiple of 16 and at most the head dim");
     TORCH_CHECK(reinterpret_cast<uintptr_t>(cos->data_ptr()) % 16 == 0 &&
                     reinterpret_cast<uintptr_t>(sin->data_ptr()) % 16 == 0,
                 "flash_attn_cute: rotary_cos / rotary_sin must be 16-byte aligned");
-    params.cos = cos->data_ptr();
-    params.sin = sin->data_ptr();
-    params.seqlen_ro = int(cos->size(0));
-    params.interleaved = interleaved;
-    params.pos_base = int_ptr(pos_base, src, batch, 1, "cache_seqlens");
-    params.pos_per_row = pos_per_row;
   }
-  c10::cuda::CUDAGuard device_guard(src.device());
+  TORCH_CHECK(q.has_value() == q_rotated.has_value() && (!q.has_value() || cos.has_value()),
+              "flash_attn_cute: append_kv: q and q_rotated come together, with rotary_cos / rotary_sin");
+  RowCopyParams params;
+  params.batch = int(batch);
+  params.head_dim = int(k.size(3));
+  params.dtype = k.scalar_type() == at::kHalf ? DType::kFloat16 : DType::kBFloat16;
+  params.copy[0] = row_copy_of(k, k_cache, batch, cache_seqlens, cache_batch_idx, block_table, cos, sin, cache_seqlens,
+                               interleaved, true, "k");
+  params.copy[1] = row_copy_of(v, v_cache, batch, cache_seqlens, cache_batch_idx, block_table, std::nullopt,
+                               std::nullopt, std::nullopt, false, true, "v");
+  params.copies = 2;
+  if (q.has_value()) {
+    TORCH_CHECK(q->sizes() == q_rotated->sizes() && q->size(3) == k.size(3) && q->scalar_type() == k.scalar_type(),
+                "flash_attn_cute: append_kv: q and q_rotated must have one shape and k's head dim and dtype");
+    params.copy[params.copies++] = row_copy_of(*q, *q_rotated, batch, std::nullopt, std::nullopt, std::nullopt, cos,
+                                               sin, cache_seqlens, interleaved, q_per_row, "q");
+  }
+  // Each sequence's first block writes rows_end[b] while the others read cache_seqlens[b].
+  TORCH_CHECK(at::get_overlap_status(seqused_k, cache_seqlens) == at::MemOverlapStatus::No,
+              "flash_attn_cute: append_kv: seqused_k must not share memory with cache_seqlens");
+  params.rows_end = const_cast<int*>(int_ptr(seqused_k, k, batch, 1, "seqused_k"));
+  c10::cuda::CUDAGuard device_guard(k.device());
   const cudaError_t err = run_rotary_copy(params, c10::cuda::getCurrentCUDAStream().stream());
-  check_launch(err, "rotary_copy");
+  check_launch(err, "append_kv");
 }
 
 at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tensor const& v_cache, at::Tensor& out,

@@ -29,8 +29,9 @@ TORCH_LIBRARY(flash_attn_cute, m) {
       "dropout_mask(Tensor rng_state, float dropout_p, int batch, int heads, int max_seqlen_q, int max_seqlen_k, "
       "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k) -> Tensor");
   m.def(
-      "rotary_copy(Tensor src, Tensor(a!) dst, Tensor? row_base, Tensor? dst_batch_idx, Tensor? block_table, "
-      "Tensor? cos, Tensor? sin, Tensor? pos_base, bool interleaved, bool pos_per_row) -> ()");
+      "append_kv(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor cache_seqlens, "
+      "Tensor? cache_batch_idx, Tensor? block_table, Tensor? cos, Tensor? sin, bool interleaved, Tensor? q, "
+      "Tensor(c!)? q_rotated, bool q_per_row, Tensor(d!) seqused_k) -> ()");
   m.def(
       "fwd_kvcache(Tensor q, Tensor k_cache, Tensor v_cache, Tensor(a!) out, Tensor seqused_k, Tensor? leftpad_k, "
       "Tensor? kv_batch_idx, Tensor? block_table, float softmax_scale, bool causal, int window_size_left, "
@@ -40,7 +41,7 @@ TORCH_LIBRARY(flash_attn_cute, m) {
 TORCH_LIBRARY_IMPL(flash_attn_cute, CUDA, m) {
   m.impl("fwd", &flash_attn_cute::fwd);
   m.impl("bwd", &flash_attn_cute::bwd);
-  m.impl("rotary_copy", &flash_attn_cute::rotary_copy);
+  m.impl("append_kv", &flash_attn_cute::append_kv);
   m.impl("fwd_kvcache", &flash_attn_cute::fwd_kvcache);
   m.impl("dropout_mask", &flash_attn_cute::dropout_mask);
 }

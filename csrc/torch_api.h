@@ -29,12 +29,15 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
          std::optional<at::Tensor> const& seqused_k, double dropout_p, std::optional<at::Tensor> const& rng_state,
          std::optional<at::Tensor> const& out_residual);
 
-// Copies src (batch, rows, heads, dim) into dst row by row (appending at row_base[b] of a dense,
-// batch-indexed or paged cache), rotating the first rotary_dim columns when cos / sin are given.
-void rotary_copy(at::Tensor const& src, at::Tensor& dst, std::optional<at::Tensor> const& row_base,
-                 std::optional<at::Tensor> const& dst_batch_idx, std::optional<at::Tensor> const& block_table,
-                 std::optional<at::Tensor> const& cos, std::optional<at::Tensor> const& sin,
-                 std::optional<at::Tensor> const& pos_base, bool interleaved, bool pos_per_row);
+// A decode step's append, one kernel launch: k and v (batch, rows, heads_k, dim) into the caches at
+// row cache_seqlens[b] of a dense, batch-indexed or paged cache, k rotated by cos / sin when given;
+// q (with cos / sin) rotated into q_rotated at positions cache_seqlens[b] (+ its row when
+// q_per_row); seqused_k[b] = cache_seqlens[b] + rows, the attention's cache lengths.
+void append_kv(at::Tensor const& k, at::Tensor const& v, at::Tensor& k_cache, at::Tensor& v_cache,
+               at::Tensor const& cache_seqlens, std::optional<at::Tensor> const& cache_batch_idx,
+               std::optional<at::Tensor> const& block_table, std::optional<at::Tensor> const& cos,
+               std::optional<at::Tensor> const& sin, bool interleaved, std::optional<at::Tensor> const& q,
+               std::optional<at::Tensor> const& q_rotated, bool q_per_row, at::Tensor& seqused_k);
 
 // Where dropout (dropout_p, rng_state of the forward) keeps an entry: bool (batch, heads,
 // max_seqlen_q, max_seqlen_k), false past each sequence's lengths (varlen: cu_seqlens).

@@ -107,9 +107,9 @@ if _C is not None:
                            cu_seqlens_k):
         return rng_state.new_empty((batch, heads, max_seqlen_q, max_seqlen_k), dtype=torch.bool)
 
-    @torch.library.register_fake("flash_attn_cute::rotary_copy")
-    def _rotary_copy_fake(src, dst, row_base, dst_batch_idx, block_table, cos, sin, pos_base, interleaved,
-                          pos_per_row):
+    @torch.library.register_fake("flash_attn_cute::append_kv")
+    def _append_kv_fake(k, v, k_cache, v_cache, cache_seqlens, cache_batch_idx, block_table, cos, sin, interleaved,
+                        q, q_rotated, q_per_row, seqused_k):
         return None
 
     @torch.library.register_fake("flash_attn_cute::fwd_kvcache")

@@ -169,19 +169,18 @@ def _run_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlen
         cache_seqlens = torch.full((batch,), rows, dtype=torch.int32, device=q.device)
     seqused_k = cache_seqlens
     if k is not None:
+        # One launch appends k and v (k rotated), rotates q and writes the caches' new lengths. q's
+        # rows sit after the cache's keys: at their own positions when causal or local (a window side
+        # shorter than the cache), else all at the first (flash-attn 2.x).
         cos, sin = (None, None) if rotary_cos is None else (rotary_cos.contiguous(), rotary_sin.contiguous())
-        ops = torch.ops.flash_attn_cute
-        ops.rotary_copy(k, k_cache, cache_seqlens, cache_batch_idx, block_table, cos, sin, cache_seqlens,
-                        rotary_interleaved, True)
-        ops.rotary_copy(v, v_cache, cache_seqlens, cache_batch_idx, block_table, None, None, None, False, True)
-        if cos is not None:
-            # q's rows sit after the cache's keys: at their own positions when causal or local (a window
-            # side shorter than the cache), else all at the first (flash-attn 2.x).
-            per_row = bool(causal) or _ops.is_local(window_size, capacity)
-            q_rotated = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-            ops.rotary_copy(q, q_rotated, None, None, None, cos, sin, cache_seqlens, rotary_interleaved, per_row)
+        q_rotated = None if cos is None else torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        per_row = bool(causal) or _ops.is_local(window_size, capacity)
+        seqused_k = torch.empty((batch,), dtype=torch.int32, device=q.device)
+        torch.ops.flash_attn_cute.append_kv(k, v, k_cache, v_cache, cache_seqlens, cache_batch_idx, block_table, cos,
+                                            sin, rotary_interleaved, None if cos is None else q, q_rotated, per_row,
+                                            seqused_k)
+        if q_rotated is not None:
             q = q_rotated
-        seqused_k = cache_seqlens + k.size(1)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.ops.flash_attn_cute.fwd_kvcache(q, k_cache, v_cache, out, seqused_k, cache_leftpad, cache_batch_idx,
                                                 block_table, softmax_scale, causal, *window_size, float(softcap),

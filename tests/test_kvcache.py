@@ -236,39 +236,62 @@ def test_bad_pages_on_device_stay_in_bounds():
     assert torch.isfinite(out).all()
 
 
+class DecodeStep:
+    """A decoder's step over a dense bf16 cache: step() appends k_new / v_new (k rotated) at seqlens,
+    rotates q and attends causally."""
+
+    def __init__(self, seqlens, nheads=16, nheads_k=4, d=128, capacity=2048):
+        batch = seqlens.numel()
+        self.seqlens = seqlens
+        self.cos, self.sin = _rotary_tables(capacity, d, BF16)
+        self.k_cache = _randn(batch, capacity, nheads_k, d, dtype=BF16)
+        self.v_cache = _randn(batch, capacity, nheads_k, d, dtype=BF16)
+        self.q = _randn(batch, 1, nheads, d, dtype=BF16)
+        self.k_new = _randn(batch, 1, nheads_k, d, dtype=BF16)
+        self.v_new = _randn(batch, 1, nheads_k, d, dtype=BF16)
+
+    def __call__(self):
+        return fac.flash_attn_with_kvcache(self.q, self.k_cache, self.v_cache, self.k_new, self.v_new,
+                                           rotary_cos=self.cos, rotary_sin=self.sin, cache_seqlens=self.seqlens,
+                                           causal=True)
+
+
 def test_cuda_graph_replay_with_new_lengths():
     """A decode step (append + rotary + attention) captured once and replayed with new q, k, v and
     cache_seqlens gives what an eager call gives."""
     torch.manual_seed(5)
-    batch, nheads, nheads_k, d, capacity = 4, 16, 4, 128, 2048
-    cos, sin = _rotary_tables(capacity, d, BF16)
-    k_cache = _randn(batch, capacity, nheads_k, d, dtype=BF16)
-    v_cache = _randn(batch, capacity, nheads_k, d, dtype=BF16)
-    q = _randn(batch, 1, nheads, d, dtype=BF16)
-    k_new = _randn(batch, 1, nheads_k, d, dtype=BF16)
-    v_new = _randn(batch, 1, nheads_k, d, dtype=BF16)
-    seqlens = torch.tensor([10, 500, 1000, 2000], device="cuda", dtype=I32)
-
-    def step():
-        return fac.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, rotary_cos=cos, rotary_sin=sin,
-                                           cache_seqlens=seqlens, causal=True)
-
+    step = DecodeStep(torch.tensor([10, 500, 1000, 2000], device="cuda", dtype=I32))
     step()  # warm-up (allocations, lazy init) outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out_static = step()
     for lengths in ([0, 1, 2046, 7], [1500, 3, 64, 1024]):
-        seqlens.copy_(torch.tensor(lengths, dtype=I32))
-        q.copy_(_randn(batch, 1, nheads, d, dtype=BF16))
-        k_new.copy_(_randn(batch, 1, nheads_k, d, dtype=BF16))
-        k_before, v_before = k_cache.clone(), v_cache.clone()
+        step.seqlens.copy_(torch.tensor(lengths, dtype=I32))
+        step.q.copy_(torch.randn_like(step.q))
+        step.k_new.copy_(torch.randn_like(step.k_new))
+        k_before, v_before = step.k_cache.clone(), step.v_cache.clone()
         graph.replay()
-        replayed, k_after, v_after = out_static.clone(), k_cache.clone(), v_cache.clone()
-        k_cache.copy_(k_before)
-        v_cache.copy_(v_before)
+        replayed, k_after, v_after = out_static.clone(), step.k_cache.clone(), step.v_cache.clone()
+        step.k_cache.copy_(k_before)
+        step.v_cache.copy_(v_before)
         eager = step()
         torch.testing.assert_close(replayed, eager, atol=0, rtol=0)
-        assert torch.equal(k_cache, k_after) and torch.equal(v_cache, v_after)
+        assert torch.equal(step.k_cache, k_after) and torch.equal(step.v_cache, v_after)
+
+
+def test_decode_step_appends_in_one_launch():
+    """A decode step with append and rotary launches one row copy (keys, values, q's rotation and the
+    caches' new lengths) and, besides it, only the attention's kernels: no torch kernel, copy or fill."""
+    torch.manual_seed(7)
+    step = DecodeStep(torch.tensor([100, 900], device="cuda", dtype=I32), capacity=1024)
+    step()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert sum("rotary_copy_kernel" in name for name in kernels) == 1, kernels
+    assert not any("at::" in name or name.startswith(("Memcpy", "Memset")) for name in kernels), kernels
 
 
 def test_flash_attn_func_decode_uses_splits():

@@ -7,6 +7,7 @@
 #include <cutlass/numeric_conversion.h>
 #include <cutlass/numeric_types.h>
 
+#include "launch.h"
 #include "rotary_copy.h"
 
 namespace flash_attn_cute {
@@ -35,14 +36,21 @@ __device__ __forceinline__ void store(Element* ptr, FloatVector const& x) {
 
 }  // namespace row_copy
 
-// grid (ceil_div(rows * heads * head_dim / 8, kThreads), batch)
+// grid (ceil_div(the largest copy's rows * heads * head_dim / 8, kThreads), batch, copies)
 template <class Element>
-__global__ void __launch_bounds__(row_copy::kThreads) rotary_copy_kernel(__grid_constant__ const RowCopyParams params) {
+__global__ void __launch_bounds__(row_copy::kThreads) rotary_copy_kernel(__grid_constant__ const RowCopyParams copies) {
   using namespace row_copy;
-  const int vectors_per_row = params.head_dim / kElemsPerVector;
-  const int64_t idx = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (idx >= int64_t(params.rows) * params.heads * vectors_per_row) return;
+  // The attention launched after this kernel (split_launch_dependent) may start now: it waits for
+  // this grid's memory before it reads anything.
+  allow_dependent_launch();
+  RowCopy const& params = copies.copy[blockIdx.z];
   const int b = blockIdx.y;
+  const int64_t idx = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (copies.rows_end != nullptr && blockIdx.z == 0 && idx == 0) {
+    copies.rows_end[b] = (params.row_base ? params.row_base[b] : 0) + params.rows;
+  }
+  const int vectors_per_row = copies.head_dim / kElemsPerVector;
+  if (idx >= int64_t(params.rows) * params.heads * vectors_per_row) return;
   const int col = int(idx % vectors_per_row) * kElemsPerVector;
   const int h = int(idx / vectors_per_row % params.heads);
   const int i = int(idx / vectors_per_row / params.heads);
