@@ -5,7 +5,8 @@ Grid (issue 4): batch {1, 8, 32, 64} x cache length {1k, 8k, 32k, 128k}, 32 quer
 heads, hdim 128 (--hdim), bf16 (--dtype), a contiguous cache and a paged one (page size 256
 (--page-size), pages shuffled).
 Reported per point: microseconds per call (triton.testing.do_bench median of a CUDA graph of 20
-calls, as decoders run: GPU time without Python overhead), GB/s of K/V read, that
+calls, as decoders run: GPU time without Python overhead; --eager: back-to-back calls from Python,
+host time included), GB/s of K/V read, that
 rate as a % of the device-to-device copy bandwidth measured in the same run, and the speed ratio
 against torch SDPA's FLASH_ATTENTION (FA2) and CUDNN_ATTENTION backends (enable_gqa=True) on the
 same contiguous cache. Examples:
