@@ -125,16 +125,17 @@ def run_point(fac, batch, length, layout, hdim=128, num_splits=0, profile=False,
     times, diff = {}, float("nan")
     if layout == "paged":
         pages_per_seq = math.ceil(length / page_size)
+        capacity = pages_per_seq * page_size
         k_cache = torch.randn(batch * pages_per_seq, page_size, NHEADS_K, hdim, device="cuda", dtype=dtype)
         table = torch.randperm(batch * pages_per_seq, device="cuda").view(batch, pages_per_seq).to(torch.int32)
     else:
+        capacity = length
         k_cache = torch.randn(batch, length, NHEADS_K, hdim, device="cuda", dtype=dtype)
         table = None
     v_cache = torch.randn_like(k_cache)
     kwargs = {}
     if append:
-        angles = torch.outer(torch.arange(k_cache.size(1) * (1 if table is None else table.size(1)), device="cuda",
-                                          dtype=torch.float32),
+        angles = torch.outer(torch.arange(capacity, device="cuda", dtype=torch.float32),
                              10000.0 ** -(torch.arange(0, hdim, 2, device="cuda", dtype=torch.float32) / hdim))
         kwargs = dict(k=torch.randn(batch, append, NHEADS_K, hdim, device="cuda", dtype=dtype),
                       v=torch.randn(batch, append, NHEADS_K, hdim, device="cuda", dtype=dtype),

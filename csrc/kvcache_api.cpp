@@ -36,14 +36,13 @@ void check_cache(at::Tensor const& t, at::Tensor const& q, char const* name) {
 RowCopy row_copy_of(at::Tensor const& src, at::Tensor const& dst, int64_t batch, std::optional<at::Tensor> const& row_base,
                     std::optional<at::Tensor> const& dst_batch_idx, std::optional<at::Tensor> const& block_table,
                     std::optional<at::Tensor> const& cos, std::optional<at::Tensor> const& sin,
-                    std::optional<at::Tensor> const& pos_base, bool interleaved, bool pos_per_row, char const* name) {
-  TORCH_CHECK(src.dim() == 4 && src.scalar_type() == dst.scalar_type() && src.device() == dst.device() &&
-                  src.size(0) == batch,
-              "flash_attn_cute: append_kv: ", name, " must be a 4-D tensor of the cache's dtype and device with ",
-              num(batch), " sequences");
-  check_cache(dst, src, name);
+                    std::optional<at::Tensor> const& pos_base, bool interleaved, bool pos_per_row, char const* name,
+                    char const* dst_name) {
+  TORCH_CHECK(src.dim() == 4 && src.size(0) == batch, "flash_attn_cute: append_kv: ", name,
+              " must be a 4-D tensor with ", num(batch), " sequences");
+  check_cache(dst, src, dst_name);
   TORCH_CHECK(dst.size(2) == src.size(2) && dst.size(3) == src.size(3), "flash_attn_cute: append_kv: ", name,
-              " and its destination must have the same heads and head dim");
+              " and ", dst_name, " must have the same heads and head dim");
   RowCopy copy;
   copy.src = view_of(src, false);
   copy.dst = view_of(dst, false);
@@ -109,15 +108,15 @@ void append_kv(at::Tensor const& k, at::Tensor const& v, at::Tensor& k_cache, at
   params.head_dim = int(k.size(3));
   params.dtype = k.scalar_type() == at::kHalf ? DType::kFloat16 : DType::kBFloat16;
   params.copy[0] = row_copy_of(k, k_cache, batch, cache_seqlens, cache_batch_idx, block_table, cos, sin, cache_seqlens,
-                               interleaved, true, "k");
+                               interleaved, true, "k", "k_cache");
   params.copy[1] = row_copy_of(v, v_cache, batch, cache_seqlens, cache_batch_idx, block_table, std::nullopt,
-                               std::nullopt, std::nullopt, false, true, "v");
+                               std::nullopt, std::nullopt, false, true, "v", "v_cache");
   params.copies = 2;
   if (q.has_value()) {
     TORCH_CHECK(q->sizes() == q_rotated->sizes() && q->size(3) == k.size(3) && q->scalar_type() == k.scalar_type(),
                 "flash_attn_cute: append_kv: q and q_rotated must have one shape and k's head dim and dtype");
     params.copy[params.copies++] = row_copy_of(*q, *q_rotated, batch, std::nullopt, std::nullopt, std::nullopt, cos,
-                                               sin, cache_seqlens, interleaved, q_per_row, "q");
+                                               sin, cache_seqlens, interleaved, q_per_row, "q", "q_rotated");
   }
   // Each sequence's first block writes rows_end[b] while the others read cache_seqlens[b].
   TORCH_CHECK(at::get_overlap_status(seqused_k, cache_seqlens) == at::MemOverlapStatus::No,
