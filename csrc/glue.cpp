@@ -177,11 +177,12 @@ std::vector<at::Tensor> choose_splits(FwdParams& params, Problem const& p, at::T
   }
   if (split_ctas(params.num_splits) <= 1) return {};  // merged within the CTA
   params.split_stride = lse.numel();
-  at::Tensor lseaccum = at::empty({params.num_splits, params.split_stride}, lse.options());
-  at::Tensor oaccum = at::empty({params.num_splits, params.split_stride, kernel_head_dim}, lse.options());
-  params.lseaccum_ptr = lseaccum.data_ptr<float>();
-  params.oaccum_ptr = oaccum.data_ptr<float>();
-  return {lseaccum, oaccum};
+  // One allocation (each costs host time): the partial outputs, then their LSEs.
+  const int64_t rows = int64_t(params.num_splits) * params.split_stride;
+  at::Tensor accum = at::empty({rows * (kernel_head_dim + 1)}, lse.options());
+  params.oaccum_ptr = accum.data_ptr<float>();
+  params.lseaccum_ptr = params.oaccum_ptr + rows * kernel_head_dim;
+  return {accum};
 }
 
 // One counter per (device, stream) that the kernel leaves at 0, so that a call neither allocates
@@ -244,8 +245,9 @@ bool pack_gqa_rows(Problem& p, at::Tensor& q, at::Tensor& out, ScoreMods const& 
   if (p.varlen || p.seqlen_q != 1 || p.heads == p.heads_k) return false;
   if (mods.window_left >= 0 || mods.window_right >= 0 || mods.alibi_slopes || mods.dropout_p > 0.0) return false;
   const int64_t groups = p.heads / p.heads_k;
-  auto packed = [&](at::Tensor const& t) {
-    return t.squeeze(1).unflatten(1, {p.heads_k, groups}).transpose(1, 2);  // (batch, groups, heads_k, dim)
+  auto packed = [&](at::Tensor const& t) {  // (batch, groups, heads_k, dim): one view op (each costs host time)
+    return t.as_strided({p.batch, groups, p.heads_k, p.head_dim},
+                        {t.stride(0), t.stride(2), groups * t.stride(2), t.stride(3)});
   };
   q = packed(q);
   out = packed(out);

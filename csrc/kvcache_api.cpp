@@ -1,9 +1,9 @@
-// Torch glue for flash_attn_with_kvcache: the row copies that append new keys / values (and rotate
-// q), and the forward over a dense, batch-indexed or paged cache. flash_attn_cute/kvcache.py checks
-// the arguments first; these checks keep a direct torch.ops call from reaching a kernel with bad
-// input. Nothing here reads a device tensor, so a decode step can be captured in a CUDA graph.
+// Torch glue for flash_attn_with_kvcache, one op per call (an eager decoder pays its host time once
+// per layer and token): the row copies that append new keys / values (and rotate q), then the
+// forward over a dense, batch-indexed or paged cache. flash_attn_cute/kvcache.py checks the
+// arguments first; these checks keep a direct torch.ops call from reaching a kernel with bad input.
+// Nothing here reads a device tensor, so a decode step can be captured in a CUDA graph.
 #include <ATen/ATen.h>
-#include <ATen/MemoryOverlap.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -73,21 +73,18 @@ RowCopy row_copy_of(at::Tensor const& src, at::Tensor const& dst, int64_t batch,
   return copy;
 }
 
-}  // namespace
-
-void append_kv(at::Tensor const& k, at::Tensor const& v, at::Tensor& k_cache, at::Tensor& v_cache,
-               at::Tensor const& cache_seqlens, std::optional<at::Tensor> const& cache_batch_idx,
-               std::optional<at::Tensor> const& block_table, std::optional<at::Tensor> const& cos,
-               std::optional<at::Tensor> const& sin, bool interleaved, std::optional<at::Tensor> const& q,
-               std::optional<at::Tensor> const& q_rotated, bool q_per_row, at::Tensor& seqused_k) {
-  TORCH_CHECK(k.dim() == 4 && k.is_cuda(), "flash_attn_cute: append_kv: k must be a 4-D CUDA tensor");
-  TORCH_CHECK(k.scalar_type() == at::kHalf || k.scalar_type() == at::kBFloat16,
-              "flash_attn_cute: append_kv: float16 or bfloat16 only");
-  TORCH_CHECK(k.sizes() == v.sizes(), "flash_attn_cute: append_kv: k and v must have the same shape");
-  TORCH_CHECK(k.size(3) % 8 == 0, "flash_attn_cute: append_kv: head dim must be a multiple of 8");
+// A decode step's append in one launch: k and v (batch, rows, heads_k, dim) into the caches at row
+// cache_seqlens[b] (k rotated by cos / sin when given), q rotated into q_rotated (when given) at
+// cache_seqlens[b] (+ its row when q_per_row), and seqused_k[b] = cache_seqlens[b] + rows.
+void append_rows(at::Tensor const& k, at::Tensor const& v, at::Tensor& k_cache, at::Tensor& v_cache,
+                 at::Tensor const& cache_seqlens, std::optional<at::Tensor> const& cache_batch_idx,
+                 std::optional<at::Tensor> const& block_table, std::optional<at::Tensor> const& cos,
+                 std::optional<at::Tensor> const& sin, bool interleaved, at::Tensor const& q,
+                 std::optional<at::Tensor> const& q_rotated, bool q_per_row, at::Tensor const& seqused_k) {
+  TORCH_CHECK(k.dim() == 4 && k.scalar_type() == q.scalar_type() && k.device() == q.device(),
+              "flash_attn_cute: k must be a 4-D tensor with q's dtype and device");
+  TORCH_CHECK(v.sizes() == k.sizes(), "flash_attn_cute: k and v must have the same shape");
   const int64_t batch = k.size(0);
-  TORCH_CHECK(batch <= 65535, "flash_attn_cute: append_kv: batch must be at most 65535");
-  TORCH_CHECK(cos.has_value() == sin.has_value(), "flash_attn_cute: give both rotary_cos and rotary_sin or neither");
   if (cos.has_value()) {
     for (auto const* t : {&*cos, &*sin}) {
       TORCH_CHECK(t->dim() == 2 && t->is_contiguous() && t->scalar_type() == k.scalar_type() &&
@@ -101,8 +98,6 @@ void append_kv(at::Tensor const& k, at::Tensor const& v, at::Tensor& k_cache, at
                     reinterpret_cast<uintptr_t>(sin->data_ptr()) % 16 == 0,
                 "flash_attn_cute: rotary_cos / rotary_sin must be 16-byte aligned");
   }
-  TORCH_CHECK(q.has_value() == q_rotated.has_value() && (!q.has_value() || cos.has_value()),
-              "flash_attn_cute: append_kv: q and q_rotated come together, with rotary_cos / rotary_sin");
   RowCopyParams params;
   params.batch = int(batch);
   params.head_dim = int(k.size(3));
@@ -112,34 +107,31 @@ void append_kv(at::Tensor const& k, at::Tensor const& v, at::Tensor& k_cache, at
   params.copy[1] = row_copy_of(v, v_cache, batch, cache_seqlens, cache_batch_idx, block_table, std::nullopt,
                                std::nullopt, std::nullopt, false, true, "v", "v_cache");
   params.copies = 2;
-  if (q.has_value()) {
-    TORCH_CHECK(q->sizes() == q_rotated->sizes() && q->size(3) == k.size(3) && q->scalar_type() == k.scalar_type(),
-                "flash_attn_cute: append_kv: q and q_rotated must have one shape and k's head dim and dtype");
-    params.copy[params.copies++] = row_copy_of(*q, *q_rotated, batch, std::nullopt, std::nullopt, std::nullopt, cos,
+  if (q_rotated.has_value()) {
+    params.copy[params.copies++] = row_copy_of(q, *q_rotated, batch, std::nullopt, std::nullopt, std::nullopt, cos,
                                                sin, cache_seqlens, interleaved, q_per_row, "q", "q_rotated");
   }
-  // Each sequence's first block writes rows_end[b] while the others read cache_seqlens[b].
-  TORCH_CHECK(at::get_overlap_status(seqused_k, cache_seqlens) == at::MemOverlapStatus::No,
-              "flash_attn_cute: append_kv: seqused_k must not share memory with cache_seqlens");
   params.rows_end = const_cast<int*>(int_ptr(seqused_k, k, batch, 1, "seqused_k"));
-  c10::cuda::CUDAGuard device_guard(k.device());
   const cudaError_t err = run_rotary_copy(params, c10::cuda::getCurrentCUDAStream().stream());
   check_launch(err, "append_kv");
 }
 
-at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tensor const& v_cache, at::Tensor& out,
-                       at::Tensor const& seqused_k, std::optional<at::Tensor> const& leftpad_k,
-                       std::optional<at::Tensor> const& kv_batch_idx, std::optional<at::Tensor> const& block_table,
-                       double softmax_scale, bool causal, int64_t window_left, int64_t window_right, double softcap,
-                       std::optional<at::Tensor> const& alibi_slopes, int64_t num_splits) {
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> fwd_kvcache(
+    at::Tensor const& q, at::Tensor& k_cache, at::Tensor& v_cache, std::optional<at::Tensor> const& k,
+    std::optional<at::Tensor> const& v, std::optional<at::Tensor> const& rotary_cos,
+    std::optional<at::Tensor> const& rotary_sin, std::optional<at::Tensor> const& cache_seqlens, int64_t cache_rows,
+    std::optional<at::Tensor> const& cache_batch_idx, std::optional<at::Tensor> const& leftpad_k,
+    std::optional<at::Tensor> const& block_table, double softmax_scale, bool causal, int64_t window_left,
+    int64_t window_right, double softcap, bool rotary_interleaved, std::optional<at::Tensor> const& alibi_slopes,
+    int64_t num_splits) {
   const ScoreMods mods{window_left, window_right, softcap, alibi_slopes};
   causal = kernel_causal(mods, causal);
   TORCH_CHECK(q.dim() == 4 && q.is_cuda(), "flash_attn_cute: q must be a 4-D CUDA tensor");
   check_cache(k_cache, q, "k_cache");
   check_cache(v_cache, q, "v_cache");
   TORCH_CHECK(k_cache.sizes() == v_cache.sizes(), "flash_attn_cute: k_cache and v_cache must have the same shape");
-  TORCH_CHECK(out.sizes() == q.sizes() && out.scalar_type() == q.scalar_type() && out.device() == q.device(),
-              "flash_attn_cute: out must have q's shape, dtype and device");
   Problem p;
   p.varlen = false;
   p.dtype = q.scalar_type() == at::kHalf ? DType::kFloat16 : DType::kBFloat16;
@@ -159,11 +151,43 @@ at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tenso
   p.seqlen_k = block_table ? check_block_table(*block_table, q, p.batch, k_cache.size(1)) : k_cache.size(1);
   TORCH_CHECK(p.seqlen_q <= kMaxSeqlen && p.seqlen_k <= kMaxSeqlen,
               "flash_attn_cute: q's rows and the cache's rows per sequence must be at most ", num(kMaxSeqlen));
+  TORCH_CHECK(k.has_value() == v.has_value(), "flash_attn_cute: give both k and v or neither");
+  TORCH_CHECK(rotary_cos.has_value() == rotary_sin.has_value(),
+              "flash_attn_cute: give both rotary_cos and rotary_sin or neither");
+  TORCH_CHECK(!rotary_cos || k, "flash_attn_cute: rotary_cos / rotary_sin rotate the new keys: give k and v too");
   check_built(p, mods, causal, q);
 
   c10::cuda::CUDAGuard device_guard(q.device());
-  FwdRows rows = forward_rows(p, q, out, mods);
-  if (p.batch == 0 || p.seqlen_q == 0 || p.heads == 0) return rows.caller_lse();
+  // The rows in use before the append: cache_seqlens, else cache_rows in every sequence.
+  at::Tensor seqlens;
+  if (cache_seqlens) {
+    seqlens = *cache_seqlens;
+  } else {
+    TORCH_CHECK(cache_rows >= 0 && cache_rows <= p.seqlen_k, "flash_attn_cute: cache_rows must be in [0, ",
+                num(p.seqlen_k), "]");
+    seqlens = at::full({p.batch}, cache_rows, q.options().dtype(at::kInt));
+  }
+  at::Tensor q_attend = q, seqused_k = seqlens;
+  if (k) {
+    // One launch appends k and v (k rotated), rotates q and writes the caches' new lengths. q's rows
+    // sit after the cache's keys: at their own positions when causal or local (a window side
+    // shorter than the cache), else all at the first (flash-attn 2.x).
+    std::optional<at::Tensor> cos, sin, q_rotated;
+    if (rotary_cos) {
+      cos = rotary_cos->contiguous();
+      sin = rotary_sin->contiguous();
+      q_rotated = at::empty(q.sizes(), q.options());
+      q_attend = *q_rotated;
+    }
+    const Window window = effective_window(p, mods, causal);
+    const bool per_row = causal || window.left >= 0 || window.right >= 0;
+    seqused_k = at::empty({p.batch}, q.options().dtype(at::kInt));
+    append_rows(*k, *v, k_cache, v_cache, seqlens, cache_batch_idx, block_table, cos, sin, rotary_interleaved, q,
+                q_rotated, per_row, seqused_k);
+  }
+  at::Tensor out = at::empty(q.sizes(), q.options());
+  FwdRows rows = forward_rows(p, q_attend, out, mods);
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads == 0) return {out, rows.caller_lse()};
 
   FwdParams params;
   fill_params(params, p, rows.q, k_cache, v_cache, rows.out, rows.lse, std::nullopt, std::nullopt, softmax_scale,
@@ -171,7 +195,7 @@ at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tenso
   set_score_mods(params, rows.unpacked, mods, causal && !rows.packed, q);
   params.seqused_k = int_ptr(seqused_k, q, p.batch, 1, "cache_seqlens");
   params.leftpad_k = int_ptr(leftpad_k, q, p.batch, 1, "cache_leftpad");
-  params.kv_batch_idx = int_ptr(kv_batch_idx, q, p.batch, 1, "cache_batch_idx");
+  params.kv_batch_idx = int_ptr(cache_batch_idx, q, p.batch, 1, "cache_batch_idx");
   params.kv_batch = int(k_cache.size(0));
   TORCH_CHECK(params.kv_batch_idx || block_table || k_cache.size(0) == p.batch,
               "flash_attn_cute: k_cache batch must equal q batch (or give cache_batch_idx / block_table)");
@@ -183,7 +207,7 @@ at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tenso
   const std::vector<at::Tensor> scratch = ws_scratch(params, p, q);
   const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
   check_launch(err, "forward kernel", params.device, p.head_dim);
-  return rows.caller_lse();
+  return {out, rows.caller_lse()};
 }
 
 }  // namespace flash_attn_cute

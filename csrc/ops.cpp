@@ -29,19 +29,15 @@ TORCH_LIBRARY(flash_attn_cute, m) {
       "dropout_mask(Tensor rng_state, float dropout_p, int batch, int heads, int max_seqlen_q, int max_seqlen_k, "
       "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k) -> Tensor");
   m.def(
-      "append_kv(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor cache_seqlens, "
-      "Tensor? cache_batch_idx, Tensor? block_table, Tensor? cos, Tensor? sin, bool interleaved, Tensor? q, "
-      "Tensor(c!)? q_rotated, bool q_per_row, Tensor(d!) seqused_k) -> ()");
-  m.def(
-      "fwd_kvcache(Tensor q, Tensor k_cache, Tensor v_cache, Tensor(a!) out, Tensor seqused_k, Tensor? leftpad_k, "
-      "Tensor? kv_batch_idx, Tensor? block_table, float softmax_scale, bool causal, int window_size_left, "
-      "int window_size_right, float softcap, Tensor? alibi_slopes, int num_splits) -> Tensor");
+      "fwd_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, Tensor? rotary_cos, "
+      "Tensor? rotary_sin, Tensor? cache_seqlens, int cache_rows, Tensor? cache_batch_idx, Tensor? leftpad_k, "
+      "Tensor? block_table, float softmax_scale, bool causal, int window_size_left, int window_size_right, "
+      "float softcap, bool rotary_interleaved, Tensor? alibi_slopes, int num_splits) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(flash_attn_cute, CUDA, m) {
   m.impl("fwd", &flash_attn_cute::fwd);
   m.impl("bwd", &flash_attn_cute::bwd);
-  m.impl("append_kv", &flash_attn_cute::append_kv);
   m.impl("fwd_kvcache", &flash_attn_cute::fwd_kvcache);
   m.impl("dropout_mask", &flash_attn_cute::dropout_mask);
 }

@@ -29,28 +29,25 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
          std::optional<at::Tensor> const& seqused_k, double dropout_p, std::optional<at::Tensor> const& rng_state,
          std::optional<at::Tensor> const& out_residual);
 
-// A decode step's append, one kernel launch: k and v (batch, rows, heads_k, dim) into the caches at
-// row cache_seqlens[b] of a dense, batch-indexed or paged cache, k rotated by cos / sin when given;
-// q (with cos / sin) rotated into q_rotated at positions cache_seqlens[b] (+ its row when
-// q_per_row); seqused_k[b] = cache_seqlens[b] + rows, the attention's cache lengths.
-void append_kv(at::Tensor const& k, at::Tensor const& v, at::Tensor& k_cache, at::Tensor& v_cache,
-               at::Tensor const& cache_seqlens, std::optional<at::Tensor> const& cache_batch_idx,
-               std::optional<at::Tensor> const& block_table, std::optional<at::Tensor> const& cos,
-               std::optional<at::Tensor> const& sin, bool interleaved, std::optional<at::Tensor> const& q,
-               std::optional<at::Tensor> const& q_rotated, bool q_per_row, at::Tensor& seqused_k);
-
 // Where dropout (dropout_p, rng_state of the forward) keeps an entry: bool (batch, heads,
 // max_seqlen_q, max_seqlen_k), false past each sequence's lengths (varlen: cu_seqlens).
 at::Tensor dropout_mask(at::Tensor const& rng_state, double dropout_p, int64_t batch, int64_t heads,
                         int64_t max_seqlen_q, int64_t max_seqlen_k, std::optional<at::Tensor> const& cu_seqlens_q,
                         std::optional<at::Tensor> const& cu_seqlens_k);
 
-// Attention of q over the first seqused_k[b] keys of a KV cache (dense, batch-indexed or paged);
-// writes out and returns softmax_lse. num_splits 0 picks the split count.
-at::Tensor fwd_kvcache(at::Tensor const& q, at::Tensor const& k_cache, at::Tensor const& v_cache, at::Tensor& out,
-                       at::Tensor const& seqused_k, std::optional<at::Tensor> const& leftpad_k,
-                       std::optional<at::Tensor> const& kv_batch_idx, std::optional<at::Tensor> const& block_table,
-                       double softmax_scale, bool causal, int64_t window_left, int64_t window_right, double softcap,
-                       std::optional<at::Tensor> const& alibi_slopes, int64_t num_splits);
+// flash_attn_with_kvcache: appends k and v (when given; k rotated by rotary_cos / rotary_sin when
+// given) to a KV cache (dense, batch-indexed or paged) at row cache_seqlens[b] (without
+// cache_seqlens: cache_rows in every sequence), rotating q likewise, then attends q over each
+// sequence's rows in use, the appended ones included. Returns (out, softmax_lse). One call from
+// Python: an eager decoder pays its host time once per layer and token. num_splits 0 picks the
+// split count.
+std::tuple<at::Tensor, at::Tensor> fwd_kvcache(
+    at::Tensor const& q, at::Tensor& k_cache, at::Tensor& v_cache, std::optional<at::Tensor> const& k,
+    std::optional<at::Tensor> const& v, std::optional<at::Tensor> const& rotary_cos,
+    std::optional<at::Tensor> const& rotary_sin, std::optional<at::Tensor> const& cache_seqlens, int64_t cache_rows,
+    std::optional<at::Tensor> const& cache_batch_idx, std::optional<at::Tensor> const& leftpad_k,
+    std::optional<at::Tensor> const& block_table, double softmax_scale, bool causal, int64_t window_left,
+    int64_t window_right, double softcap, bool rotary_interleaved, std::optional<at::Tensor> const& alibi_slopes,
+    int64_t num_splits);
 
 }  // namespace flash_attn_cute

@@ -107,15 +107,12 @@ if _C is not None:
                            cu_seqlens_k):
         return rng_state.new_empty((batch, heads, max_seqlen_q, max_seqlen_k), dtype=torch.bool)
 
-    @torch.library.register_fake("flash_attn_cute::append_kv")
-    def _append_kv_fake(k, v, k_cache, v_cache, cache_seqlens, cache_batch_idx, block_table, cos, sin, interleaved,
-                        q, q_rotated, q_per_row, seqused_k):
-        return None
-
     @torch.library.register_fake("flash_attn_cute::fwd_kvcache")
-    def _fwd_kvcache_fake(q, k_cache, v_cache, out, seqused_k, leftpad_k, kv_batch_idx, block_table, softmax_scale,
-                          causal, window_size_left, window_size_right, softcap, alibi_slopes, num_splits):
-        return q.new_empty((q.size(0), q.size(2), q.size(1)), dtype=torch.float32)
+    def _fwd_kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_rows,
+                          cache_batch_idx, leftpad_k, block_table, softmax_scale, causal, window_size_left,
+                          window_size_right, softcap, rotary_interleaved, alibi_slopes, num_splits):
+        return (torch.empty_like(q, memory_format=torch.contiguous_format),
+                q.new_empty((q.size(0), q.size(2), q.size(1)), dtype=torch.float32))
 
 
 def kernel_input(x):

@@ -18,20 +18,21 @@ def check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
     """Shapes, dtypes and the values that can be read without a device synchronisation. Returns the
     cache's capacity: the key rows one sequence can hold."""
     V.check_dtypes(q=q, k_cache=k_cache, v_cache=v_cache)
-    if q.dim() != 4:
-        V._fail(f"q must be 4-D (batch, seqlen_q, nheads, headdim), got shape {tuple(q.shape)}")
-    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if t.dim() != 4:
+    q_shape, k_cache_shape, v_cache_shape = q.shape, k_cache.shape, v_cache.shape
+    if len(q_shape) != 4:
+        V._fail(f"q must be 4-D (batch, seqlen_q, nheads, headdim), got shape {tuple(q_shape)}")
+    for name, shape in (("k_cache", k_cache_shape), ("v_cache", v_cache_shape)):
+        if len(shape) != 4:
             V._fail(f"{name} must be 4-D (batch_cache, seqlen_cache, nheads_k, headdim) or, paged, "
-                    f"(num_blocks, page_size, nheads_k, headdim), got shape {tuple(t.shape)}")
-    if k_cache.shape[:-1] != v_cache.shape[:-1]:
-        V._fail(f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} must agree in all but the "
+                    f"(num_blocks, page_size, nheads_k, headdim), got shape {tuple(shape)}")
+    if k_cache_shape[:-1] != v_cache_shape[:-1]:
+        V._fail(f"k_cache {tuple(k_cache_shape)} and v_cache {tuple(v_cache_shape)} must agree in all but the "
                 "last dimension")
-    batch, seqlen_q, nheads, head_dim = q.shape
-    nheads_k = k_cache.size(2)
-    if k_cache.size(-1) != head_dim:
-        V._fail(f"q head dim {head_dim} and k_cache head dim {k_cache.size(-1)} differ")
-    V.check_head_dim(head_dim, v_cache.size(-1))
+    batch, seqlen_q, nheads, head_dim = q_shape
+    nheads_k = k_cache_shape[2]
+    if k_cache_shape[3] != head_dim:
+        V._fail(f"q head dim {head_dim} and k_cache head dim {k_cache_shape[3]} differ")
+    V.check_head_dim(head_dim, v_cache_shape[3])
     if nheads_k == 0 or nheads % nheads_k:
         V._fail(f"nheads ({nheads}) must be a multiple of nheads_k ({nheads_k})")
     if batch > V.MAX_GRID_YZ or nheads > V.MAX_GRID_YZ:
@@ -43,9 +44,9 @@ def check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
             if t is not None:
                 V._fail(f"{name} cannot be combined with block_table (a paged cache)")
     else:
-        capacity = k_cache.size(1)
-        if cache_batch_idx is None and k_cache.size(0) != batch:
-            V._fail(f"k_cache batch {k_cache.size(0)} must equal q batch {batch} (or give cache_batch_idx)")
+        capacity = k_cache_shape[1]
+        if cache_batch_idx is None and k_cache_shape[0] != batch:
+            V._fail(f"k_cache batch {k_cache_shape[0]} must equal q batch {batch} (or give cache_batch_idx)")
         if cache_batch_idx is not None:
             V.check_int32_vector("cache_batch_idx", cache_batch_idx, batch)
         if cache_leftpad is not None:
@@ -56,10 +57,11 @@ def check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
         V._fail("give both k and v (the new keys and values to append) or neither")
     if k is not None:
         V.check_dtypes(q=q, k=k, v=v)
-        if k.dim() != 4 or k.shape[0] != batch or k.shape[2:] != (nheads_k, head_dim) or v.shape != k.shape:
+        k_shape = k.shape
+        if len(k_shape) != 4 or k_shape[0] != batch or k_shape[2:] != (nheads_k, head_dim) or v.shape != k_shape:
             V._fail(f"k and v must have shape (batch={batch}, seqlen_new, nheads_k={nheads_k}, headdim={head_dim}), "
-                    f"got {tuple(k.shape)} and {tuple(v.shape)}")
-        seqlen_new = k.size(1)
+                    f"got {tuple(k_shape)} and {tuple(v.shape)}")
+        seqlen_new = k_shape[1]
 
     if (rotary_cos is None) != (rotary_sin is None):
         V._fail("give both rotary_cos and rotary_sin or neither")
@@ -161,28 +163,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
 def _run_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
                  block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
                  capacity):
-    """The kernels on checked arguments, head dim a multiple of 8: append k, v (rotated) to the
-    caches in place, then attend. Returns (out, lse)."""
-    batch = q.size(0)
-    if not isinstance(cache_seqlens, torch.Tensor):
-        rows = capacity if cache_seqlens is None else cache_seqlens
-        cache_seqlens = torch.full((batch,), rows, dtype=torch.int32, device=q.device)
-    seqused_k = cache_seqlens
-    if k is not None:
-        # One launch appends k and v (k rotated), rotates q and writes the caches' new lengths. q's
-        # rows sit after the cache's keys: at their own positions when causal or local (a window side
-        # shorter than the cache), else all at the first (flash-attn 2.x).
-        cos, sin = (None, None) if rotary_cos is None else (rotary_cos.contiguous(), rotary_sin.contiguous())
-        q_rotated = None if cos is None else torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        per_row = bool(causal) or _ops.is_local(window_size, capacity)
-        seqused_k = torch.empty((batch,), dtype=torch.int32, device=q.device)
-        torch.ops.flash_attn_cute.append_kv(k, v, k_cache, v_cache, cache_seqlens, cache_batch_idx, block_table, cos,
-                                            sin, rotary_interleaved, None if cos is None else q, q_rotated, per_row,
-                                            seqused_k)
-        if q_rotated is not None:
-            q = q_rotated
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.ops.flash_attn_cute.fwd_kvcache(q, k_cache, v_cache, out, seqused_k, cache_leftpad, cache_batch_idx,
-                                                block_table, softmax_scale, causal, *window_size, float(softcap),
-                                                alibi_slopes, max(num_splits, 0))
-    return out, lse
+    """The kernels on checked arguments, head dim a multiple of 8, in one op call: append k, v
+    (rotated) to the caches in place, then attend. Returns (out, lse)."""
+    if isinstance(cache_seqlens, torch.Tensor):
+        cache_rows = 0
+    else:
+        cache_rows, cache_seqlens = (capacity if cache_seqlens is None else cache_seqlens), None
+    return torch.ops.flash_attn_cute.fwd_kvcache.default(
+        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_rows, cache_batch_idx, cache_leftpad,
+        block_table, softmax_scale, causal, window_size[0], window_size[1], float(softcap), rotary_interleaved,
+        alibi_slopes, max(num_splits, 0))

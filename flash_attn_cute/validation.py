@@ -32,13 +32,16 @@ def _check_tensor(name, t):
 
 
 def check_dtypes(**tensors):
-    first_name, first = next(iter(tensors.items()))
+    dtype = None
     for name, t in tensors.items():
-        _check_tensor(name, t)
-        if t.dtype not in SUPPORTED_DTYPES:
-            _fail(f"{name} has dtype {t.dtype}; only torch.float16 and torch.bfloat16 are supported")
-        if t.dtype != first.dtype:
-            _fail(f"{name} has dtype {t.dtype} but {first_name} has {first.dtype}; all must match")
+        if not isinstance(t, torch.Tensor):
+            _check_tensor(name, t)
+        if dtype is None:
+            first_name, dtype = name, t.dtype
+        if t.dtype is not dtype or dtype not in SUPPORTED_DTYPES:
+            if t.dtype not in SUPPORTED_DTYPES:
+                _fail(f"{name} has dtype {t.dtype}; only torch.float16 and torch.bfloat16 are supported")
+            _fail(f"{name} has dtype {t.dtype} but {first_name} has {dtype}; all must match")
 
 
 def last_dim_problem(name, t):
@@ -51,14 +54,18 @@ def last_dim_problem(name, t):
 def layout_problem(name, t):
     """Why the kernels cannot take t's layout, or None: the last dim contiguous, 16-byte aligned
     strides and pointer (the pointer is unknown while torch.compile traces)."""
-    problem = last_dim_problem(name, t)
-    if problem:
-        return problem
-    sizes, strides = t.shape, t.stride()
-    for size, stride in zip(sizes[:-1], strides[:-1]):
-        if size > 1 and stride % ALIGN_ELEMENTS:
-            return (f"{name} strides {strides} must be multiples of {ALIGN_ELEMENTS} elements "
-                    f"(16 bytes) in every dimension but the last")
+    sizes = t.shape
+    # Contiguous with rows of whole 16-byte vectors: every stride is a multiple (the common case, fast).
+    if not (t.is_contiguous() and sizes and sizes[-1] % ALIGN_ELEMENTS == 0):
+        strides = t.stride()
+        if not strides:
+            return None
+        if strides[-1] != 1 and sizes[-1] > 1:
+            return last_dim_problem(name, t)
+        for size, stride in zip(sizes[:-1], strides[:-1]):
+            if stride % ALIGN_ELEMENTS and size > 1:
+                return (f"{name} strides {strides} must be multiples of {ALIGN_ELEMENTS} elements "
+                        f"(16 bytes) in every dimension but the last")
     if not torch.compiler.is_compiling() and t.data_ptr() % 16:
         return f"{name} data pointer must be 16-byte aligned"
     return None
@@ -210,14 +217,18 @@ def _capability(device):
 
 
 def check_device(**tensors):
-    """All tensors on one CUDA device of compute capability 8.0 or newer."""
-    devices = {t.device for t in tensors.values() if t is not None}
+    """All tensors (None: not given) on one CUDA device of compute capability 8.0 or newer."""
+    device = None
     for name, t in tensors.items():
-        if t is not None and t.device.type != "cuda":
+        if t is None:
+            continue
+        if t.device.type != "cuda":
             _fail(f"{name} is on {t.device}; flash_attn_cute needs CUDA tensors")
-    if len(devices) > 1:
-        _fail(f"all tensors must be on one device, got {sorted(map(str, devices))}")
-    device = devices.pop()
+        if device is None:
+            device = t.device
+        elif t.device != device:
+            devices = {t.device for t in tensors.values() if t is not None}
+            _fail(f"all tensors must be on one device, got {sorted(map(str, devices))}")
     if torch.compiler.is_compiling():
         return  # checked when the op runs; a device query would break the graph
     major, minor = _capability(device)

@@ -294,6 +294,28 @@ def test_decode_step_appends_in_one_launch():
     assert not any("at::" in name or name.startswith(("Memcpy", "Memset")) for name in kernels), kernels
 
 
+def test_torch_compile_decode_step():
+    """A decode step (append + rotary + attention) under torch.compile(fullgraph=True) writes the
+    caches in place and returns what the eager step does (the op's schema declares those writes)."""
+    torch.manual_seed(8)
+    step = DecodeStep(torch.tensor([10, 700, 0], device="cuda", dtype=I32))
+    k_before, v_before = step.k_cache.clone(), step.v_cache.clone()
+    eager = step()
+    k_eager, v_eager = step.k_cache.clone(), step.v_cache.clone()
+    step.k_cache.copy_(k_before)
+    step.v_cache.copy_(v_before)
+
+    @torch.compile(fullgraph=True)
+    def compiled(q, k_cache, v_cache, k_new, v_new, cos, sin, seqlens):
+        return fac.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, rotary_cos=cos, rotary_sin=sin,
+                                           cache_seqlens=seqlens, causal=True) * 2
+
+    out = compiled(step.q, step.k_cache, step.v_cache, step.k_new, step.v_new, step.cos, step.sin, step.seqlens)
+    torch.testing.assert_close(out, eager * 2, atol=0, rtol=0)
+    assert torch.equal(step.k_cache, k_eager) and torch.equal(step.v_cache, v_eager)
+    assert not torch.equal(k_eager, k_before)
+
+
 def test_flash_attn_func_decode_uses_splits():
     """flash_attn_func on decode shapes (GQA packed rows, split-KV) against the reference."""
     torch.manual_seed(6)
