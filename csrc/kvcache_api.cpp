@@ -9,6 +9,7 @@
 
 #include "flash_attn_cute/fwd_api.h"
 #include "flash_attn_cute/rotary_copy.h"
+#include "flash_attn_cute/split_kv.h"
 #include "glue.h"
 #include "torch_api.h"
 
@@ -73,31 +74,18 @@ RowCopy row_copy_of(at::Tensor const& src, at::Tensor const& dst, int64_t batch,
   return copy;
 }
 
-// A decode step's append in one launch: k and v (batch, rows, heads_k, dim) into the caches at row
-// cache_seqlens[b] (k rotated by cos / sin when given), q rotated into q_rotated (when given) at
-// cache_seqlens[b] (+ its row when q_per_row), and seqused_k[b] = cache_seqlens[b] + rows.
-void append_rows(at::Tensor const& k, at::Tensor const& v, at::Tensor& k_cache, at::Tensor& v_cache,
-                 at::Tensor const& cache_seqlens, std::optional<at::Tensor> const& cache_batch_idx,
-                 std::optional<at::Tensor> const& block_table, std::optional<at::Tensor> const& cos,
-                 std::optional<at::Tensor> const& sin, bool interleaved, at::Tensor const& q,
-                 std::optional<at::Tensor> const& q_rotated, bool q_per_row, at::Tensor const& seqused_k) {
-  TORCH_CHECK(k.dim() == 4 && k.scalar_type() == q.scalar_type() && k.device() == q.device(),
-              "flash_attn_cute: k must be a 4-D tensor with q's dtype and device");
+// A decode step's append, checked (not launched): k and v (batch, rows, heads_k, dim) into the caches
+// at row cache_seqlens[b] (k rotated by cos / sin when given), q rotated into q_rotated (when given)
+// at cache_seqlens[b] (+ its row when q_per_row), and seqused_k[b] = cache_seqlens[b] + rows.
+RowCopyParams append_params(int64_t batch, at::Tensor const& k, at::Tensor const& v, at::Tensor& k_cache,
+                            at::Tensor& v_cache, at::Tensor const& cache_seqlens,
+                            std::optional<at::Tensor> const& cache_batch_idx,
+                            std::optional<at::Tensor> const& block_table, std::optional<at::Tensor> const& cos,
+                            std::optional<at::Tensor> const& sin, bool interleaved, at::Tensor const& q,
+                            std::optional<at::Tensor> const& q_rotated, bool q_per_row, at::Tensor const& seqused_k) {
+  TORCH_CHECK(k.dim() == 4 && k.size(0) == batch && k.scalar_type() == q.scalar_type() && k.device() == q.device(),
+              "flash_attn_cute: k must be a 4-D tensor of q's batch, dtype and device");
   TORCH_CHECK(v.sizes() == k.sizes(), "flash_attn_cute: k and v must have the same shape");
-  const int64_t batch = k.size(0);
-  if (cos.has_value()) {
-    for (auto const* t : {&*cos, &*sin}) {
-      TORCH_CHECK(t->dim() == 2 && t->is_contiguous() && t->scalar_type() == k.scalar_type() &&
-                      t->device() == k.device() && t->sizes() == cos->sizes(),
-                  "flash_attn_cute: rotary_cos / rotary_sin must be contiguous (seqlen_ro, rotary_dim / 2) tensors "
-                  "of q's dtype and device");
-    }
-    TORCH_CHECK(2 * cos->size(1) % 16 == 0 && 2 * cos->size(1) <= k.size(3),
-                "flash_attn_cute: rotary_dim must be a multiple of 16 and at most the head dim");
-    TORCH_CHECK(reinterpret_cast<uintptr_t>(cos->data_ptr()) % 16 == 0 &&
-                    reinterpret_cast<uintptr_t>(sin->data_ptr()) % 16 == 0,
-                "flash_attn_cute: rotary_cos / rotary_sin must be 16-byte aligned");
-  }
   RowCopyParams params;
   params.batch = int(batch);
   params.head_dim = int(k.size(3));
@@ -107,13 +95,27 @@ void append_rows(at::Tensor const& k, at::Tensor const& v, at::Tensor& k_cache, 
   params.copy[1] = row_copy_of(v, v_cache, batch, cache_seqlens, cache_batch_idx, block_table, std::nullopt,
                                std::nullopt, std::nullopt, false, true, "v", "v_cache");
   params.copies = 2;
+  if (cos.has_value()) {
+    for (auto const* t : {&*cos, &*sin}) {
+      TORCH_CHECK(t->dim() == 2 && t->is_contiguous() && t->scalar_type() == k.scalar_type() &&
+                      t->device() == k.device() && t->sizes() == cos->sizes(),
+                  "flash_attn_cute: rotary_cos / rotary_sin must be contiguous (seqlen_ro, rotary_dim / 2) tensors "
+                  "of q's dtype and device");
+    }
+    TORCH_CHECK(cos->size(1) > 0 && 2 * cos->size(1) % 16 == 0 && 2 * cos->size(1) <= k.size(3),
+                "flash_attn_cute: rotary_dim must be a multiple of 16 in [16, head dim]");
+    TORCH_CHECK(cos->size(0) >= params.copy[0].dst_rows, "flash_attn_cute: rotary_cos / rotary_sin need a position "
+                "for each of the cache's ", num(params.copy[0].dst_rows), " rows per sequence");
+    TORCH_CHECK(reinterpret_cast<uintptr_t>(cos->data_ptr()) % 16 == 0 &&
+                    reinterpret_cast<uintptr_t>(sin->data_ptr()) % 16 == 0,
+                "flash_attn_cute: rotary_cos / rotary_sin must be 16-byte aligned");
+  }
   if (q_rotated.has_value()) {
     params.copy[params.copies++] = row_copy_of(q, *q_rotated, batch, std::nullopt, std::nullopt, std::nullopt, cos,
                                                sin, cache_seqlens, interleaved, q_per_row, "q", "q_rotated");
   }
   params.rows_end = const_cast<int*>(int_ptr(seqused_k, k, batch, 1, "seqused_k"));
-  const cudaError_t err = run_rotary_copy(params, c10::cuda::getCurrentCUDAStream().stream());
-  check_launch(err, "append_kv");
+  return params;
 }
 
 }  // namespace
@@ -155,19 +157,20 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache(
   TORCH_CHECK(rotary_cos.has_value() == rotary_sin.has_value(),
               "flash_attn_cute: give both rotary_cos and rotary_sin or neither");
   TORCH_CHECK(!rotary_cos || k, "flash_attn_cute: rotary_cos / rotary_sin rotate the new keys: give k and v too");
+  TORCH_CHECK(num_splits <= kMaxSplits, "flash_attn_cute: num_splits must be at most ", num(kMaxSplits));
+  const int64_t seqlen_new = k && k->dim() == 4 ? k->size(1) : 0;
+  TORCH_CHECK(cache_seqlens || (cache_rows >= 0 && cache_rows + seqlen_new <= p.seqlen_k), "flash_attn_cute: "
+              "cache_seqlens (", num(cache_rows), ") + the new keys (", num(seqlen_new), ") exceed the cache capacity (",
+              num(p.seqlen_k), ")");
   check_built(p, mods, causal, q);
 
+  // Every check comes before the first launch: a call that raises has written nothing.
   c10::cuda::CUDAGuard device_guard(q.device());
   // The rows in use before the append: cache_seqlens, else cache_rows in every sequence.
-  at::Tensor seqlens;
-  if (cache_seqlens) {
-    seqlens = *cache_seqlens;
-  } else {
-    TORCH_CHECK(cache_rows >= 0 && cache_rows <= p.seqlen_k, "flash_attn_cute: cache_rows must be in [0, ",
-                num(p.seqlen_k), "]");
-    seqlens = at::full({p.batch}, cache_rows, q.options().dtype(at::kInt));
-  }
+  const at::Tensor seqlens =
+      cache_seqlens ? *cache_seqlens : at::full({p.batch}, cache_rows, q.options().dtype(at::kInt));
   at::Tensor q_attend = q, seqused_k = seqlens;
+  RowCopyParams append;  // no copies: nothing to append
   if (k) {
     // One launch appends k and v (k rotated), rotates q and writes the caches' new lengths. q's rows
     // sit after the cache's keys: at their own positions when causal or local (a window side
@@ -182,31 +185,33 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache(
     const Window window = effective_window(p, mods, causal);
     const bool per_row = causal || window.left >= 0 || window.right >= 0;
     seqused_k = at::empty({p.batch}, q.options().dtype(at::kInt));
-    append_rows(*k, *v, k_cache, v_cache, seqlens, cache_batch_idx, block_table, cos, sin, rotary_interleaved, q,
-                q_rotated, per_row, seqused_k);
+    append = append_params(p.batch, *k, *v, k_cache, v_cache, seqlens, cache_batch_idx, block_table, cos, sin,
+                           rotary_interleaved, q, q_rotated, per_row, seqused_k);
   }
   at::Tensor out = at::empty(q.sizes(), q.options());
   FwdRows rows = forward_rows(p, q_attend, out, mods);
-  if (p.batch == 0 || p.seqlen_q == 0 || p.heads == 0) return {out, rows.caller_lse()};
-
+  const bool attend = p.batch > 0 && p.seqlen_q > 0 && p.heads > 0;
   FwdParams params;
-  fill_params(params, p, rows.q, k_cache, v_cache, rows.out, rows.lse, std::nullopt, std::nullopt, softmax_scale,
-              causal && !rows.packed);
-  set_score_mods(params, rows.unpacked, mods, causal && !rows.packed, q);
-  params.seqused_k = int_ptr(seqused_k, q, p.batch, 1, "cache_seqlens");
-  params.leftpad_k = int_ptr(leftpad_k, q, p.batch, 1, "cache_leftpad");
-  params.kv_batch_idx = int_ptr(cache_batch_idx, q, p.batch, 1, "cache_batch_idx");
-  params.kv_batch = int(k_cache.size(0));
-  TORCH_CHECK(params.kv_batch_idx || block_table || k_cache.size(0) == p.batch,
-              "flash_attn_cute: k_cache batch must equal q batch (or give cache_batch_idx / block_table)");
-  TORCH_CHECK(!block_table || (!params.leftpad_k && !params.kv_batch_idx),
-              "flash_attn_cute: a paged cache (block_table) takes neither cache_leftpad nor cache_batch_idx");
-  if (block_table) set_paged_kv(params, *block_table, k_cache, v_cache);
-  TORCH_CHECK(num_splits >= 0, "flash_attn_cute: num_splits must be >= 0");
-  const std::vector<at::Tensor> split_buffers = choose_splits(params, p, rows.lse, num_splits);
-  const std::vector<at::Tensor> scratch = ws_scratch(params, p, q);
-  const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
-  check_launch(err, "forward kernel", params.device, p.head_dim);
+  std::vector<at::Tensor> split_buffers, scratch;
+  if (attend) {
+    fill_params(params, p, rows.q, k_cache, v_cache, rows.out, rows.lse, std::nullopt, std::nullopt, softmax_scale,
+                causal && !rows.packed);
+    set_score_mods(params, rows.unpacked, mods, causal && !rows.packed, q);
+    params.seqused_k = int_ptr(seqused_k, q, p.batch, 1, "cache_seqlens");
+    params.leftpad_k = int_ptr(leftpad_k, q, p.batch, 1, "cache_leftpad");
+    params.kv_batch_idx = int_ptr(cache_batch_idx, q, p.batch, 1, "cache_batch_idx");
+    params.kv_batch = int(k_cache.size(0));
+    TORCH_CHECK(params.kv_batch_idx || block_table || k_cache.size(0) == p.batch,
+                "flash_attn_cute: k_cache batch must equal q batch (or give cache_batch_idx / block_table)");
+    TORCH_CHECK(!block_table || (!params.leftpad_k && !params.kv_batch_idx),
+                "flash_attn_cute: a paged cache (block_table) takes neither cache_leftpad nor cache_batch_idx");
+    if (block_table) set_paged_kv(params, *block_table, k_cache, v_cache);
+    split_buffers = choose_splits(params, p, rows.lse, std::max<int64_t>(num_splits, 0));
+    scratch = ws_scratch(params, p, q);
+  }
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  if (append.copies > 0) check_launch(run_rotary_copy(append, stream), "append_kv");
+  if (attend) check_launch(run_fwd_dispatch(params, stream), "forward kernel", params.device, p.head_dim);
   return {out, rows.caller_lse()};
 }
 

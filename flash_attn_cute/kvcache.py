@@ -130,12 +130,54 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     sequence b's keys start. Returns out like q, or (out, softmax_lse (batch, nheads, seqlen_q)) with
     return_softmax_lse. A head dim that is not a multiple of 8 runs on padded copies (of the caches
     too, written back after an append), as in flash-attn 2.x: correct, but it copies the caches."""
-    if q.dim() == 4:
+    if isinstance(q, torch.Tensor) and q.dim() == 4:
         window_size = V.check_score_mods(window_size, softcap, alibi_slopes, q.size(0), q.size(2), q.device,
                                          softmax_scale)
+    checked = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+               block_table, num_splits)
+    kernel = (causal, window_size, softcap, alibi_slopes)
+    args = (rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
+            window_size, softcap, rotary_interleaved, alibi_slopes, num_splits)
+    if _op_checks(q, cache_seqlens, num_splits):
+        # The op checks every argument before it writes anything (csrc/kvcache_api.cpp), so the Python
+        # checks, a third of an eager decode step's host time, run only to name the problem it raised.
+        failure = None
+        try:
+            capacity = k_cache.size(1) * (1 if block_table is None else block_table.size(1))
+            out, lse = _attend(q, k_cache, v_cache, k, v, *args, capacity)
+        except Exception as error:  # re-raised below unless the checks name the problem
+            failure = error
+        if failure is not None:
+            _check(*checked, *kernel)
+            raise failure
+    else:
+        out, lse = _attend(q, k_cache, v_cache, k, v, *args, _check(*checked, *kernel))
+    return (out, lse) if return_softmax_lse else out
+
+
+def _op_checks(q, cache_seqlens, num_splits):
+    """Whether the op's own checks cover the call: outside torch.compile's tracing (where the Python
+    checks cost nothing at run time), a head dim that is a multiple of 8 (else the padded copies),
+    arguments of the types the op takes as they are."""
+    return (not torch.compiler.is_compiling() and isinstance(q, torch.Tensor) and q.dim() == 4
+            and q.size(3) % V.ALIGN_ELEMENTS == 0 and type(num_splits) is int
+            and (cache_seqlens is None or type(cache_seqlens) is int or isinstance(cache_seqlens, torch.Tensor)))
+
+
+def _check(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+           block_table, num_splits, causal, window_size, softcap, alibi_slopes):
+    """Every argument check, with the messages that name the problem; returns the cache's capacity."""
     capacity = check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                              cache_leftpad, block_table, num_splits)
     _ops._require_kernel(q.dtype, q.size(-1), causal, window_size, softcap, alibi_slopes, capacity)
+    return capacity
+
+
+def _attend(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+            block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
+            capacity):
+    """_run_kvcache on q, k, v in layouts the kernels take (copies where they do not) and, for a head
+    dim that is not a multiple of 8, on padded copies. Returns (out, lse)."""
     head_dim = q.size(-1)
     if softmax_scale is None:
         softmax_scale = head_dim ** -0.5
@@ -145,19 +187,17 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         q = _ops.kernel_input(q)
         if k is not None:
             k, v = _ops.kernel_input(k), _ops.kernel_input(v)
-        out, lse = _run_kvcache(q, k_cache, v_cache, k, v, *args)
-    else:
-        # The kernels move 16-byte vectors: run on copies padded to a multiple of 8, the caches' too,
-        # and write the appended rows back into the caller's caches (the whole caches: slow, but
-        # correct), as flash-attn 2.x does.
-        q_pad, k_cache_pad, v_cache_pad, k_pad, v_pad = (None if x is None else _round_up_head_dim(x)
-                                                         for x in (q, k_cache, v_cache, k, v))
-        out, lse = _run_kvcache(q_pad, k_cache_pad, v_cache_pad, k_pad, v_pad, *args)
-        if k is not None:
-            k_cache.copy_(k_cache_pad[..., :head_dim])
-            v_cache.copy_(v_cache_pad[..., :head_dim])
-        out = out[..., :head_dim]
-    return (out, lse) if return_softmax_lse else out
+        return _run_kvcache(q, k_cache, v_cache, k, v, *args)
+    # The kernels move 16-byte vectors: run on copies padded to a multiple of 8, the caches' too, and
+    # write the appended rows back into the caller's caches (the whole caches: slow, but correct), as
+    # flash-attn 2.x does.
+    q_pad, k_cache_pad, v_cache_pad, k_pad, v_pad = (None if x is None else _round_up_head_dim(x)
+                                                     for x in (q, k_cache, v_cache, k, v))
+    out, lse = _run_kvcache(q_pad, k_cache_pad, v_cache_pad, k_pad, v_pad, *args)
+    if k is not None:
+        k_cache.copy_(k_cache_pad[..., :head_dim])
+        v_cache.copy_(v_cache_pad[..., :head_dim])
+    return out[..., :head_dim], lse
 
 
 def _run_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,

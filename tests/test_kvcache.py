@@ -316,6 +316,47 @@ def test_torch_compile_decode_step():
     assert not torch.equal(k_eager, k_before)
 
 
+@pytest.mark.parametrize("bad", ["short_rotary", "num_splits", "seqlens_past_capacity", "pages_and_batch_idx",
+                                 "v_dtype", "seqlens_int64", "k_batch"])
+def test_bad_call_names_the_problem_and_writes_nothing(bad):
+    """The op checks every argument before its first launch (the Python checks run only to name the
+    problem it raised): a bad call raises the named problem and leaves the caches as they were."""
+    from flash_attn_cute import FlashAttnInputError
+    torch.manual_seed(9)
+    step = DecodeStep(torch.tensor([10, 700], device="cuda", dtype=I32), capacity=1024)
+    kwargs = dict(k=step.k_new, v=step.v_new, rotary_cos=step.cos, rotary_sin=step.sin, cache_seqlens=step.seqlens,
+                  causal=True)
+    k_cache, v_cache = step.k_cache, step.v_cache
+    if bad == "short_rotary":
+        kwargs.update(rotary_cos=step.cos[:1000], rotary_sin=step.sin[:1000])
+        msg = r"have 1000 positions; the cache holds 1024 rows"
+    elif bad == "num_splits":
+        kwargs.update(num_splits=129)
+        msg = r"num_splits must be an int of at most 128"
+    elif bad == "seqlens_past_capacity":
+        kwargs.update(cache_seqlens=1024)
+        msg = r"cache_seqlens \(1024\) \+ the new keys \(1\) exceed the cache capacity \(1024\)"
+    elif bad == "pages_and_batch_idx":
+        k_cache, v_cache = (x.view(-1, 16, *x.shape[2:]) for x in (k_cache, v_cache))
+        kwargs.update(block_table=torch.arange(128, device="cuda", dtype=I32).view(2, 64),
+                      cache_batch_idx=torch.tensor([1, 0], device="cuda", dtype=I32))
+        msg = r"cache_batch_idx cannot be combined with block_table"
+    elif bad == "v_dtype":
+        kwargs.update(v=step.v_new.half())
+        msg = r"v has dtype torch.float16 but q has torch.bfloat16"
+    elif bad == "seqlens_int64":
+        kwargs.update(cache_seqlens=step.seqlens.long())
+        msg = r"cache_seqlens must be an int32 tensor of shape \(2,\)"
+    else:
+        kwargs.update(k=step.k_new[:1], v=step.v_new[:1])
+        msg = r"k and v must have shape \(batch=2"
+    k_before, v_before = k_cache.clone(), v_cache.clone()
+    with pytest.raises(FlashAttnInputError, match=msg):
+        fac.flash_attn_with_kvcache(step.q, k_cache, v_cache, **kwargs)
+    torch.cuda.synchronize()
+    assert torch.equal(k_cache, k_before) and torch.equal(v_cache, v_before)
+
+
 def test_flash_attn_func_decode_uses_splits():
     """flash_attn_func on decode shapes (GQA packed rows, split-KV) against the reference."""
     torch.manual_seed(6)

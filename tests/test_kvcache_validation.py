@@ -188,3 +188,31 @@ def test_batch_and_nheads_past_the_grid_rejected(batch, heads):
     raises(r"batch \(\d+\) and nheads \(\d+\) must be at most 65535",
            call(q=q, k_cache=cache, v_cache=cache, k=t(1, 1, 1, D).expand(batch, 1, cache.size(2), D),
                 v=t(1, 1, 1, D).expand(batch, 1, cache.size(2), D)))
+
+
+def test_python_checks_run_only_when_the_op_raises(monkeypatch):
+    """The op checks every argument itself: a call it takes runs no Python check (they cost a third of
+    an eager decode step's host time); when it raises, the Python checks name the problem, and an
+    error they find nothing wrong for comes through as it is."""
+    from flash_attn_cute import _ops, kvcache, validation
+    checked = []
+    check_kvcache = kvcache.check_kvcache
+    monkeypatch.setattr(kvcache, "check_kvcache", lambda *args: checked.append(args) or check_kvcache(*args))
+    monkeypatch.setattr(kvcache, "_run_kvcache", lambda *args: ("out", "lse"))
+    assert call()() == "out" and not checked  # CPU tensors: the checks would have raised
+
+    def op_raises(*args):
+        raise RuntimeError("flash_attn_cute: from the op")
+
+    monkeypatch.setattr(kvcache, "_run_kvcache", op_raises)
+    raises(DEVICE_MSG, call())
+    raises(r"num_splits must be an int of at most 128", call(num_splits=129))
+    assert len(checked) == 2
+    monkeypatch.setattr(validation, "check_device", lambda **tensors: None)
+    monkeypatch.setattr(_ops, "_require_kernel", lambda *args, **kwargs: None)
+    with pytest.raises(RuntimeError, match="from the op") as info:
+        call()()
+    assert not isinstance(info.value, FlashAttnInputError)
+    # Arguments of other types than the op takes (and head dims it does not) go through the checks first.
+    raises(r"cache_seqlens must be an int or an int32 tensor", call(cache_seqlens=True))
+    raises(r"num_splits must be an int", call(num_splits=True))
