@@ -1,6 +1,6 @@
-// Torch-side checks and params filling shared by the forward and backward glue. The Python layer
-// checks first, with friendlier messages; these keep a direct torch.ops call from reaching a kernel
-// with bad input.
+// Torch-side checks and params filling shared by the forward and backward glue. These keep a direct
+// torch.ops call from reaching a kernel with bad input; the Python layer names the problem (it checks
+// first, or, for flash_attn_with_kvcache, when the op raises).
 #pragma once
 
 #include <ATen/ATen.h>

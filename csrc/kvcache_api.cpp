@@ -1,7 +1,7 @@
 // Torch glue for flash_attn_with_kvcache, one op per call (an eager decoder pays its host time once
 // per layer and token): the row copies that append new keys / values (and rotate q), then the
-// forward over a dense, batch-indexed or paged cache. flash_attn_cute/kvcache.py checks the
-// arguments first; these checks keep a direct torch.ops call from reaching a kernel with bad input.
+// forward over a dense, batch-indexed or paged cache. The op checks every argument before its first
+// launch, so flash_attn_cute/kvcache.py runs its own checks only to name the problem when it raises.
 // Nothing here reads a device tensor, so a decode step can be captured in a CUDA graph.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -39,10 +39,10 @@ RowCopy row_copy_of(at::Tensor const& src, at::Tensor const& dst, int64_t batch,
                     std::optional<at::Tensor> const& cos, std::optional<at::Tensor> const& sin,
                     std::optional<at::Tensor> const& pos_base, bool interleaved, bool pos_per_row, char const* name,
                     char const* dst_name) {
-  TORCH_CHECK(src.dim() == 4 && src.size(0) == batch, "flash_attn_cute: append_kv: ", name,
+  TORCH_CHECK(src.dim() == 4 && src.size(0) == batch, "flash_attn_cute: ", name,
               " must be a 4-D tensor with ", num(batch), " sequences");
   check_cache(dst, src, dst_name);
-  TORCH_CHECK(dst.size(2) == src.size(2) && dst.size(3) == src.size(3), "flash_attn_cute: append_kv: ", name,
+  TORCH_CHECK(dst.size(2) == src.size(2) && dst.size(3) == src.size(3), "flash_attn_cute: ", name,
               " and ", dst_name, " must have the same heads and head dim");
   RowCopy copy;
   copy.src = view_of(src, false);
@@ -58,7 +58,7 @@ RowCopy row_copy_of(at::Tensor const& src, at::Tensor const& dst, int64_t batch,
     copy.page_size = int(dst.size(1));
     copy.dst_rows = int(block_table->size(1) * dst.size(1));
   } else {
-    TORCH_CHECK(copy.dst_batch_idx || dst.size(0) == batch, "flash_attn_cute: append_kv: ", name,
+    TORCH_CHECK(copy.dst_batch_idx || dst.size(0) == batch, "flash_attn_cute: ", name,
                 ": batch mismatch");
     copy.dst_rows = int(dst.size(1));
   }
@@ -159,12 +159,23 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache(
   TORCH_CHECK(!rotary_cos || k, "flash_attn_cute: rotary_cos / rotary_sin rotate the new keys: give k and v too");
   TORCH_CHECK(num_splits <= kMaxSplits, "flash_attn_cute: num_splits must be at most ", num(kMaxSplits));
   const int64_t seqlen_new = k && k->dim() == 4 ? k->size(1) : 0;
-  TORCH_CHECK(cache_seqlens || (cache_rows >= 0 && cache_rows + seqlen_new <= p.seqlen_k), "flash_attn_cute: "
+  TORCH_CHECK(cache_seqlens || (cache_rows >= 0 && cache_rows <= p.seqlen_k - seqlen_new), "flash_attn_cute: "
               "cache_seqlens (", num(cache_rows), ") + the new keys (", num(seqlen_new), ") exceed the cache capacity (",
               num(p.seqlen_k), ")");
+  // The per-sequence tensors, whether or not the attention runs (q may have no rows).
+  if (cache_seqlens) int_ptr(cache_seqlens, q, p.batch, 1, "cache_seqlens");
+  int_ptr(leftpad_k, q, p.batch, 1, "cache_leftpad");
+  int_ptr(cache_batch_idx, q, p.batch, 1, "cache_batch_idx");
+  TORCH_CHECK(cache_batch_idx || block_table || k_cache.size(0) == p.batch,
+              "flash_attn_cute: k_cache batch must equal q batch (or give cache_batch_idx / block_table)");
+  TORCH_CHECK(!block_table || (!leftpad_k && !cache_batch_idx),
+              "flash_attn_cute: a paged cache (block_table) takes neither cache_leftpad nor cache_batch_idx");
   check_built(p, mods, causal, q);
 
-  // Every check comes before the first launch: a call that raises has written nothing.
+  // Every argument is checked before the first launch that writes the caller's tensors: a call
+  // that raises a check has written nothing. (The attention's launch can still fail after the
+  // append, on a GPU whose shared memory this build has no tiles for: an error, with the rows
+  // appended.)
   c10::cuda::CUDAGuard device_guard(q.device());
   // The rows in use before the append: cache_seqlens, else cache_rows in every sequence.
   const at::Tensor seqlens =
@@ -201,16 +212,12 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache(
     params.leftpad_k = int_ptr(leftpad_k, q, p.batch, 1, "cache_leftpad");
     params.kv_batch_idx = int_ptr(cache_batch_idx, q, p.batch, 1, "cache_batch_idx");
     params.kv_batch = int(k_cache.size(0));
-    TORCH_CHECK(params.kv_batch_idx || block_table || k_cache.size(0) == p.batch,
-                "flash_attn_cute: k_cache batch must equal q batch (or give cache_batch_idx / block_table)");
-    TORCH_CHECK(!block_table || (!params.leftpad_k && !params.kv_batch_idx),
-                "flash_attn_cute: a paged cache (block_table) takes neither cache_leftpad nor cache_batch_idx");
     if (block_table) set_paged_kv(params, *block_table, k_cache, v_cache);
     split_buffers = choose_splits(params, p, rows.lse, std::max<int64_t>(num_splits, 0));
     scratch = ws_scratch(params, p, q);
   }
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  if (append.copies > 0) check_launch(run_rotary_copy(append, stream), "append_kv");
+  if (append.copies > 0) check_launch(run_rotary_copy(append, stream), "append (rotary_copy)");
   if (attend) check_launch(run_fwd_dispatch(params, stream), "forward kernel", params.device, p.head_dim);
   return {out, rows.caller_lse()};
 }

@@ -141,15 +141,15 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if _op_checks(q, cache_seqlens, num_splits):
         # The op checks every argument before it writes anything (csrc/kvcache_api.cpp), so the Python
         # checks, a third of an eager decode step's host time, run only to name the problem it raised.
-        failure = None
         try:
             capacity = k_cache.size(1) * (1 if block_table is None else block_table.size(1))
             out, lse = _attend(q, k_cache, v_cache, k, v, *args, capacity)
-        except Exception as error:  # re-raised below unless the checks name the problem
-            failure = error
-        if failure is not None:
-            _check(*checked, *kernel)
-            raise failure
+        except Exception as failure:
+            try:
+                _check(*checked, *kernel)
+            except (V.FlashAttnInputError, NotImplementedError) as problem:
+                raise problem from failure
+            raise  # nothing the checks name: the op's own error
     else:
         out, lse = _attend(q, k_cache, v_cache, k, v, *args, _check(*checked, *kernel))
     return (out, lse) if return_softmax_lse else out

@@ -317,7 +317,7 @@ def test_torch_compile_decode_step():
 
 
 @pytest.mark.parametrize("bad", ["short_rotary", "num_splits", "seqlens_past_capacity", "pages_and_batch_idx",
-                                 "v_dtype", "seqlens_int64", "k_batch"])
+                                 "no_q_rows_pages_and_batch_idx", "v_dtype", "seqlens_int64", "k_batch"])
 def test_bad_call_names_the_problem_and_writes_nothing(bad):
     """The op checks every argument before its first launch (the Python checks run only to name the
     problem it raised): a bad call raises the named problem and leaves the caches as they were."""
@@ -326,7 +326,7 @@ def test_bad_call_names_the_problem_and_writes_nothing(bad):
     step = DecodeStep(torch.tensor([10, 700], device="cuda", dtype=I32), capacity=1024)
     kwargs = dict(k=step.k_new, v=step.v_new, rotary_cos=step.cos, rotary_sin=step.sin, cache_seqlens=step.seqlens,
                   causal=True)
-    k_cache, v_cache = step.k_cache, step.v_cache
+    q, k_cache, v_cache = step.q, step.k_cache, step.v_cache
     if bad == "short_rotary":
         kwargs.update(rotary_cos=step.cos[:1000], rotary_sin=step.sin[:1000])
         msg = r"have 1000 positions; the cache holds 1024 rows"
@@ -336,7 +336,8 @@ def test_bad_call_names_the_problem_and_writes_nothing(bad):
     elif bad == "seqlens_past_capacity":
         kwargs.update(cache_seqlens=1024)
         msg = r"cache_seqlens \(1024\) \+ the new keys \(1\) exceed the cache capacity \(1024\)"
-    elif bad == "pages_and_batch_idx":
+    elif bad in ("pages_and_batch_idx", "no_q_rows_pages_and_batch_idx"):  # without q's rows: no attention
+        q = q[:, :0] if bad.startswith("no_q_rows") else q
         k_cache, v_cache = (x.view(-1, 16, *x.shape[2:]) for x in (k_cache, v_cache))
         kwargs.update(block_table=torch.arange(128, device="cuda", dtype=I32).view(2, 64),
                       cache_batch_idx=torch.tensor([1, 0], device="cuda", dtype=I32))
@@ -352,7 +353,7 @@ def test_bad_call_names_the_problem_and_writes_nothing(bad):
         msg = r"k and v must have shape \(batch=2"
     k_before, v_before = k_cache.clone(), v_cache.clone()
     with pytest.raises(FlashAttnInputError, match=msg):
-        fac.flash_attn_with_kvcache(step.q, k_cache, v_cache, **kwargs)
+        fac.flash_attn_with_kvcache(q, k_cache, v_cache, **kwargs)
     torch.cuda.synchronize()
     assert torch.equal(k_cache, k_before) and torch.equal(v_cache, v_before)
 
