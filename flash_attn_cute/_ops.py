@@ -3,6 +3,7 @@
 import math
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 from . import validation as V
 
@@ -87,11 +88,20 @@ def _require_kernel(dtype, head_dim, causal, window, softcap, alibi_slopes, seql
             " / FLASH_ATTN_CUTE_SCORE_MODS / FLASH_ATTN_CUTE_DROPOUT")
 
 
+def _fake_only(t):
+    """The fake implementations serve torch.compile's FakeTensors. A meta tensor (alone, or beside CUDA
+    ones: the Meta dispatch key wins) reaches them too: refuse it, as the CUDA implementations'
+    checks refuse any tensor off the GPU, instead of returning empty results."""
+    if not isinstance(t, FakeTensor):
+        V._fail(f"the ops need CUDA tensors, got a tensor on {t.device} (or a meta tensor beside it)")
+
+
 if _C is not None:
     @torch.library.register_fake("flash_attn_cute::fwd")
     def _fwd_fake(q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                   window_size_left, window_size_right, softcap, alibi_slopes, seqused_k, dropout_p, rng_state,
                   block_table, out_residual, leftpad_k=None):
+        _fake_only(q)
         if cu_seqlens_q is not None:
             return q.new_empty((q.size(1), q.size(0)), dtype=torch.float32)
         return q.new_empty((q.size(0), q.size(2), q.size(1)), dtype=torch.float32)
@@ -100,17 +110,20 @@ if _C is not None:
     def _bwd_fake(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                   max_seqlen_k, softmax_scale, causal, window_size_left, window_size_right, softcap, alibi_slopes,
                   deterministic, seqused_k, dropout_p, rng_state, out_residual):
+        _fake_only(dout)
         return None
 
     @torch.library.register_fake("flash_attn_cute::dropout_mask")
     def _dropout_mask_fake(rng_state, dropout_p, batch, heads, max_seqlen_q, max_seqlen_k, cu_seqlens_q,
                            cu_seqlens_k):
+        _fake_only(rng_state)
         return rng_state.new_empty((batch, heads, max_seqlen_q, max_seqlen_k), dtype=torch.bool)
 
     @torch.library.register_fake("flash_attn_cute::fwd_kvcache")
     def _fwd_kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_rows,
                           cache_batch_idx, leftpad_k, block_table, softmax_scale, causal, window_size_left,
                           window_size_right, softcap, rotary_interleaved, alibi_slopes, num_splits):
+        _fake_only(q)
         return (torch.empty_like(q, memory_format=torch.contiguous_format),
                 q.new_empty((q.size(0), q.size(2), q.size(1)), dtype=torch.float32))
 

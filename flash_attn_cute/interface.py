@@ -168,9 +168,42 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
         return _paged_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                                 softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs,
                                 block_table, seqused_k)
-    max_seqlen_q, max_seqlen_k, window = check_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                                   causal, window_size, softcap, alibi_slopes, seqused_k, dropout_p,
-                                                   pads=True, softmax_scale=softmax_scale)
+    checked = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_size, softcap,
+               alibi_slopes, seqused_k, dropout_p)
+    if not _op_checks(q, varlen, max_seqlen_q, max_seqlen_k, dropout_p):
+        max_seqlen_q, max_seqlen_k, window = check_fwd(*checked, pads=True, softmax_scale=softmax_scale)
+        return _attend(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                       causal, window, softcap, alibi_slopes, deterministic, return_attn_probs, seqused_k)
+    # The forward op checks every argument before it launches (csrc/fwd_api.cpp), so check_fwd, a
+    # fifth of a small call's host time, runs only to name the problem it raised.
+    try:
+        batch = cu_seqlens_q.size(0) - 1 if varlen else q.size(0)
+        window = V.check_score_mods(window_size, softcap, alibi_slopes, batch, q.size(-2), q.device, softmax_scale)
+        if not varlen:
+            max_seqlen_q, max_seqlen_k = q.size(1), k.size(1)
+        return _attend(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                       causal, window, softcap, alibi_slopes, deterministic, return_attn_probs, seqused_k)
+    except Exception as failure:
+        try:
+            check_fwd(*checked, pads=True, softmax_scale=softmax_scale)
+        except (V.FlashAttnInputError, NotImplementedError) as problem:
+            raise problem from failure
+        raise  # nothing the checks name: the op's own error
+
+
+def _op_checks(q, varlen, max_seqlen_q, max_seqlen_k, dropout_p):
+    """Whether the forward op's own checks cover the call: outside torch.compile's tracing (where the
+    Python checks cost nothing at run time), q a tensor of the right rank and a head dim that is a
+    multiple of 8 (else the padded copies), the max lengths and dropout_p of the types the op takes."""
+    return (not torch.compiler.is_compiling() and isinstance(q, torch.Tensor) and q.dim() == (3 if varlen else 4)
+            and q.size(-1) % V.ALIGN_ELEMENTS == 0 and type(dropout_p) in (int, float)
+            and (not varlen or (type(max_seqlen_q) is int and type(max_seqlen_k) is int)))
+
+
+def _attend(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window,
+            softcap, alibi_slopes, deterministic, return_attn_probs, seqused_k):
+    """The forward (through the autograd function where an input requires grad) on arguments checked
+    or left to the op to check; window as check_score_mods returns it."""
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.size(-1))  # the caller's head dim, not the padded one
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):

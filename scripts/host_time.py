@@ -8,9 +8,10 @@ CUDNN_ATTENTION) on the same tensors:
   decode: flash_attn_with_kvcache with and without an append, each Python check, the op called
           directly; then the cProfile of the append call (batch 1, 32 query heads over 8 KV heads,
           hdim 128, bf16).
+  decode_func: flash_attn_func on a decode step's shapes (no grad; bf16, hdim 128).
   train:  flash_attn_func forward (no grad) and forward + backward (batch 1, 128 rows, 16 heads,
           hdim 64 and 128, fp16), and their pieces.
-  python scripts/host_time.py [--parts decode,train] [--length 1024]
+  python scripts/host_time.py [--parts decode,decode_func,train] [--length 1024]
 """
 import argparse
 import contextlib
@@ -73,11 +74,24 @@ def train(args):
         print(f"\nfp16 batch {b}, {s} rows, {h} heads, hdim {d}, causal: host microseconds per call")
         with torch.no_grad():
             print_rows([("flash_attn_func forward (no grad)", lambda: fac.flash_attn_func(q, k, v, causal=True)),
+                        ("  check_fwd", lambda: _ops.check_fwd(q, k, v, None, None, None, None, True, (-1, -1), 0.0,
+                                                              None, None, 0.0, pads=True)),
                         ("  fwd (the low-level call)", lambda: fac.fwd(q, k, v, causal=True))]
                        + sdpa_rows(q, k, v, is_causal=True))
         print_rows([("flash_attn_func forward + backward", fwd_bwd(lambda: fac.flash_attn_func(q, k, v, causal=True)))]
                    + [(name + ", forward + backward", fwd_bwd(fn), backend)
                       for name, fn, backend in sdpa_rows(q, k, v, is_causal=True)])
+
+
+def decode_func(args):
+    """flash_attn_func on a decode step's shapes (one query row over the cache's keys, no grad), as
+    callers with their own cache (transformers) call it."""
+    dev, dt, b, h, hk, d, n = "cuda", torch.bfloat16, 1, 32, 8, 128, args.length
+    q = torch.randn(b, 1, h, d, device=dev, dtype=dt)
+    k, v = (torch.randn(b, n, hk, d, device=dev, dtype=dt) for _ in range(2))
+    print(f"\nbf16 batch {b}, one query row, {h} / {hk} heads, hdim {d}, {n} keys: host microseconds per call")
+    print_rows([("flash_attn_func", lambda: fac.flash_attn_func(q, k, v, causal=True))]
+               + sdpa_rows(q, k, v, enable_gqa=True))
 
 
 def decode(args):
@@ -127,11 +141,11 @@ def decode(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--parts", default="decode,train")
+    p.add_argument("--parts", default="decode,decode_func,train")
     p.add_argument("--length", type=int, default=1024, help="decode: the cache's keys")
     args = p.parse_args()
     for part in args.parts.split(","):
-        {"decode": decode, "train": train}[part](args)
+        {"decode": decode, "decode_func": decode_func, "train": train}[part](args)
 
 
 if __name__ == "__main__":

@@ -197,6 +197,20 @@ def test_bad_input_leaves_cuda_usable():
     assert torch.isfinite(out).all()
 
 
+def test_meta_tensor_beside_cuda_ones_rejected():
+    """The forward op checks its arguments itself (the Python checks name the problem when it
+    raises), but a meta tensor among CUDA ones dispatches it to its fake implementation (the Meta key
+    wins), which would return empty results: it refuses, and the call names the tensor."""
+    q = _randn(1, 16, 2, 64, dtype=torch.float16)
+    meta = torch.empty_like(q, device="meta")
+    with pytest.raises(fac.FlashAttnInputError, match=r"k is on meta; flash_attn_cute needs CUDA tensors"):
+        fac.flash_attn_func(q, meta, q)
+    with pytest.raises(fac.FlashAttnInputError, match=r"q is on meta; flash_attn_cute needs CUDA tensors"):
+        fac.flash_attn_func(meta, meta, meta)
+    with pytest.raises(fac.FlashAttnInputError, match=r"k_cache is on meta; flash_attn_cute needs CUDA tensors"):
+        fac.flash_attn_with_kvcache(q[:, :1], meta, q)
+
+
 def test_large_tensor_no_index_overflow():
     """q holds more than 2^31 elements: offsets must be 64-bit."""
     b, s, h, d = 1, 2**17 + 64, 128, 128  # 2^31 + 2^20 elements of q
