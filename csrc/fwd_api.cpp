@@ -37,15 +37,6 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
   c10::cuda::CUDAGuard device_guard(q.device());
   FwdRows rows = forward_rows(p, q, out, mods);
   at::Tensor& lse = rows.lse;
-  // Varlen rows past cu_seqlens[-1] belong to no sequence and the kernel never visits them: they get
-  // out = 0 and LSE = +inf, like rows that see no key. Without a host read of cu_seqlens, every row
-  // is set first.
-  if (p.varlen) {
-    out.zero_();
-    lse.fill_(INFINITY);
-  }
-  if (p.batch == 0 || p.seqlen_q == 0 || p.heads == 0) return rows.caller_lse();
-
   FwdParams params;
   fill_params(params, p, rows.q, k, v, rows.out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale,
               causal && !rows.packed);
@@ -56,9 +47,19 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
   set_leftpad_k(params, p, leftpad_k, q);
   TORCH_CHECK(!out_residual || dropout_p > 0.0, "flash_attn_cute: out_residual is written by the dropout forward only");
   set_out_residual(params, out_residual, out, p.varlen);
+  // Every argument is checked: from here on the call writes.
+  // Varlen rows past cu_seqlens[-1] belong to no sequence and the kernel never visits them: they get
+  // out = 0 and LSE = +inf, like rows that see no key. Without a host read of cu_seqlens, every row
+  // is set first.
+  if (p.varlen) {
+    out.zero_();
+    lse.fill_(INFINITY);
+  }
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads == 0) return rows.caller_lse();
   // Split-KV where the grid alone would leave SMs idle (few query row blocks, many key blocks).
   const std::vector<at::Tensor> split_buffers = choose_splits(params, p, lse, 0);
   const std::vector<at::Tensor> scratch = ws_scratch(params, p, q);
+  draw_dropout_seed(params);
   const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
   check_launch(err, "forward kernel", params.device, p.head_dim);
   return rows.caller_lse();

@@ -55,6 +55,8 @@ Problem check_problem(at::Tensor const& q, at::Tensor const& k, at::Tensor const
   TORCH_CHECK(k.sizes() == v.sizes(), "flash_attn_cute: k and v must have the same shape");
   TORCH_CHECK(out.sizes() == q.sizes(), "flash_attn_cute: out must have q's shape");
 
+  TORCH_CHECK(!p.varlen || (cu_seqlens_q->dim() == 1 && cu_seqlens_q->size(0) >= 1),
+              "flash_attn_cute: cu_seqlens_q must have shape (batch + 1,)");
   p.batch = p.varlen ? cu_seqlens_q->size(0) - 1 : q.size(0);
   p.heads = q.size(-2);
   p.heads_k = k.size(-2);
@@ -311,6 +313,12 @@ void set_dropout(FwdParams& params, ScoreMods const& mods, std::optional<at::Ten
     d.offset_ptr = state + 1;
     return;
   }
+  d.rng_state = state;
+}
+
+void draw_dropout_seed(FwdParams& params) {
+  DropoutParams& d = params.dropout;
+  if (d.p == 0.f) return;
   auto* gen = at::get_generator_or_default<at::CUDAGeneratorImpl>(std::nullopt,
                                                                    at::cuda::detail::getDefaultCUDAGenerator());
   at::PhiloxCudaState philox;
@@ -326,7 +334,6 @@ void set_dropout(FwdParams& params, ScoreMods const& mods, std::optional<at::Ten
     d.seed = philox.seed_.val;
     d.offset = philox.offset_.val;
   }
-  d.rng_state = state;
 }
 
 // A varlen per-sequence key bound: a contiguous int32 (batch,) tensor on q's device.
@@ -409,6 +416,8 @@ void fill_params(FwdParams& params, Problem const& p, at::Tensor const& q, at::T
   int major = 0, minor = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, params.device);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, params.device);
+  TORCH_CHECK(major >= 8, "flash_attn_cute: compute capability 8.0 or newer needed, got ", num(major), ".",
+              num(minor));
   params.cc_major = major;
   params.smem_optin = smem_per_block_optin(params.device);
   // FLASH_ATTN_CUTE_SM90=0 keeps Hopper on the SM80 kernels (read at every call: A/B in one process).

@@ -91,10 +91,12 @@ void check_rng_state(at::Tensor const& rng_state, c10::Device device);
 void set_out_residual(FwdParams& params, std::optional<at::Tensor> const& out_residual, at::Tensor const& out,
                       bool varlen);
 // Dropout with probability mods.dropout_p. The forward draws (seed, offset) from torch's default CUDA
-// generator (CUDA-graph safe) and its kernel writes them into rng_state (int64 (2,) on q's device);
-// the backward reads them from there.
+// generator (CUDA-graph safe; draw_dropout_seed) and its kernel writes them into rng_state (int64
+// (2,) on q's device); the backward reads them from there.
 void set_dropout(FwdParams& params, ScoreMods const& mods, std::optional<at::Tensor> const& rng_state,
                  at::Tensor const& q, bool backward);
+// The forward's draw, after every check and allocation: a call that raises leaves the generator as it was.
+void draw_dropout_seed(FwdParams& params);
 
 // Varlen only: sequence b uses the first seqused_k[b] of its keys (int32 (batch,) on q's device).
 void set_seqused_k(FwdParams& params, Problem const& p, std::optional<at::Tensor> const& seqused_k,

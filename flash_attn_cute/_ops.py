@@ -93,7 +93,8 @@ def _fake_only(t):
     ones: the Meta dispatch key wins) reaches them too: refuse it, as the CUDA implementations'
     checks refuse any tensor off the GPU, instead of returning empty results."""
     if not isinstance(t, FakeTensor):
-        V._fail(f"the ops need CUDA tensors, got a tensor on {t.device} (or a meta tensor beside it)")
+        V._fail(f"the ops need CUDA tensors: a meta tensor (beside {t.device} ones) sent this call to the fake "
+                "implementation, which serves torch.compile's FakeTensors only")
 
 
 if _C is not None:
