@@ -164,8 +164,8 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache(
               num(p.seqlen_k), ")");
   // The per-sequence tensors, whether or not the attention runs (q may have no rows).
   if (cache_seqlens) int_ptr(cache_seqlens, q, p.batch, 1, "cache_seqlens");
-  int_ptr(leftpad_k, q, p.batch, 1, "cache_leftpad");
-  int_ptr(cache_batch_idx, q, p.batch, 1, "cache_batch_idx");
+  int const* const leftpad_ptr = int_ptr(leftpad_k, q, p.batch, 1, "cache_leftpad");
+  int const* const batch_idx_ptr = int_ptr(cache_batch_idx, q, p.batch, 1, "cache_batch_idx");
   TORCH_CHECK(cache_batch_idx || block_table || k_cache.size(0) == p.batch,
               "flash_attn_cute: k_cache batch must equal q batch (or give cache_batch_idx / block_table)");
   TORCH_CHECK(!block_table || (!leftpad_k && !cache_batch_idx),
@@ -209,8 +209,8 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache(
                 causal && !rows.packed);
     set_score_mods(params, rows.unpacked, mods, causal && !rows.packed, q);
     params.seqused_k = int_ptr(seqused_k, q, p.batch, 1, "cache_seqlens");
-    params.leftpad_k = int_ptr(leftpad_k, q, p.batch, 1, "cache_leftpad");
-    params.kv_batch_idx = int_ptr(cache_batch_idx, q, p.batch, 1, "cache_batch_idx");
+    params.leftpad_k = leftpad_ptr;
+    params.kv_batch_idx = batch_idx_ptr;
     params.kv_batch = int(k_cache.size(0));
     if (block_table) set_paged_kv(params, *block_table, k_cache, v_cache);
     split_buffers = choose_splits(params, p, rows.lse, std::max<int64_t>(num_splits, 0));

@@ -184,11 +184,7 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
         return _attend(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
                        causal, window, softcap, alibi_slopes, deterministic, return_attn_probs, seqused_k)
     except Exception as failure:
-        try:
-            check_fwd(*checked, pads=True, softmax_scale=softmax_scale)
-        except Exception as problem:  # the named problem (or a missing extension)
-            raise problem from failure
-        raise  # nothing the checks name: the op's own error
+        V.raise_named(failure, check_fwd, *checked, pads=True, softmax_scale=softmax_scale)
 
 
 def _op_checks(q, varlen, max_seqlen_q, max_seqlen_k, dropout_p):

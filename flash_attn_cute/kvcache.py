@@ -145,11 +145,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             capacity = k_cache.size(1) * (1 if block_table is None else block_table.size(1))
             out, lse = _attend(q, k_cache, v_cache, k, v, *args, capacity)
         except Exception as failure:
-            try:
-                _check(*checked, *kernel)
-            except Exception as problem:  # the named problem (or a missing extension)
-                raise problem from failure
-            raise  # nothing the checks name: the op's own error
+            V.raise_named(failure, _check, *checked, *kernel)
     else:
         out, lse = _attend(q, k_cache, v_cache, k, v, *args, _check(*checked, *kernel))
     return (out, lse) if return_softmax_lse else out

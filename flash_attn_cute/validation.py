@@ -26,6 +26,17 @@ def _fail(msg):
     raise FlashAttnInputError(f"flash_attn_cute: {msg}")
 
 
+def raise_named(failure, check, *args, **kwargs):
+    """For a call whose op checks its own arguments and raised `failure`: runs the Python checks
+    (check(*args, **kwargs)) to name the problem, raising what they raise chained from `failure`, or
+    `failure` itself when they find nothing (or a missing extension, which they also report)."""
+    try:
+        check(*args, **kwargs)
+    except Exception as problem:
+        raise problem from failure
+    raise failure
+
+
 def _check_tensor(name, t):
     if not isinstance(t, torch.Tensor):
         _fail(f"{name} must be a torch.Tensor, got {type(t).__name__}")
