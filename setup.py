@@ -68,7 +68,7 @@ def cuda_extensions():
     ext = CUDAExtension(
         name="flash_attn_cute._C",
         sources=["csrc/ops.cpp", "csrc/glue.cpp", "csrc/fwd_api.cpp", "csrc/bwd_api.cpp", "csrc/kvcache_api.cpp",
-                 "csrc/dispatch.cpp"] + kernel_sources,
+                 "csrc/autograd.cpp", "csrc/dispatch.cpp"] + kernel_sources,
         include_dirs=[str(ROOT / "include"), str(ROOT / "csrc"), cutlass_include_dir()],
         extra_objects=prebuilt_objects,
         extra_compile_args={"cxx": ["-O3"], "nvcc": nvcc_flags},

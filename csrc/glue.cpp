@@ -109,6 +109,14 @@ void check_like(at::Tensor const& t, at::Tensor const& like, char const* name, c
               "flash_attn_cute: ", name, " must have the shape, dtype and device of ", like_name);
 }
 
+bool takes_layout(at::Tensor const& t) {
+  if (t.stride(-1) != 1 || reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
+  for (int i = 0; i + 1 < t.dim(); ++i) {
+    if (t.stride(i) % 8 != 0 && t.size(i) != 1) return false;
+  }
+  return true;
+}
+
 TensorView view_of(at::Tensor const& t, bool varlen) {
   TORCH_CHECK(t.stride(-1) == 1, "flash_attn_cute: tensors must have a contiguous last dimension");
   TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0,
@@ -277,12 +285,16 @@ void check_built(Problem const& p, ScoreMods const& mods, bool causal, at::Tenso
   const int kernel_head_dim = fwd_kernel_head_dim(int(p.head_dim));
   const bool built = backward ? bwd_is_built(p.dtype, kernel_head_dim, variant)
                               : fwd_is_built(p.dtype, kernel_head_dim, variant);
-  TORCH_CHECK(built, "flash_attn_cute: no ", backward ? "backward" : "forward", " kernel for ",
-              c10::toString(q.scalar_type()), " head dim ", num(p.head_dim),
-              variant == Variant::kDropout     ? " with dropout"
-              : variant == Variant::kScoreMods ? " with softcap / ALiBi / a local window"
-                                               : "",
-              " in this build (see FLASH_ATTN_CUTE_HDIMS / _DTYPES / _PASSES / _SCORE_MODS / _DROPOUT)");
+  // The Python layer's words (_ops._require_kernel), which the tests turn into a skip.
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      built, "flash_attn_cute: this build has no ", backward ? "backward" : "forward", " kernel for ",
+      p.dtype == DType::kFloat16 ? "fp16" : "bf16", ", head dim ", num(p.head_dim), " (kernel ", num(kernel_head_dim),
+      "), causal=", causal ? "True" : "False",
+      variant == Variant::kDropout     ? " with dropout"
+      : variant == Variant::kScoreMods ? " with softcap / ALiBi / a local window"
+                                       : "",
+      "; rebuild with FLASH_ATTN_CUTE_HDIMS / FLASH_ATTN_CUTE_DTYPES / FLASH_ATTN_CUTE_PASSES / "
+      "FLASH_ATTN_CUTE_SCORE_MODS / FLASH_ATTN_CUTE_DROPOUT");
 }
 
 void check_rng_state(at::Tensor const& rng_state, c10::Device device) {

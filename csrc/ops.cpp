@@ -1,5 +1,5 @@
 // Op registration only: the schemas torch.compile and the Python layer see, and the Python module
-// that carries them.
+// that carries them (with the eager autograd entry, csrc/autograd.cpp).
 #include <torch/extension.h>
 #include <torch/library.h>
 
@@ -75,6 +75,8 @@ FLASH_DEFINE_BUILT(built_bwd_small_kernels, FLASH_BWD_SMALL_INSTANCES)
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("attention", &flash_attn_cute::attention,
+        "flash_attn_func's eager attention: [out, softmax_lse(, rng_state)] through a C++ autograd function");
   m.def("built_fwd_kernels", &built_fwd_kernels,
         "(dtype, kernel head dim, causal, variant) forward kernels in this build");
   m.def("built_bwd_kernels", &built_bwd_kernels,

@@ -50,4 +50,15 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache(
     int64_t window_right, double softcap, bool rotary_interleaved, std::optional<at::Tensor> const& alibi_slopes,
     int64_t num_splits);
 
+// flash_attn_func's attention for eager calls: the forward op on q, k, v (copied where the kernels
+// cannot take their layout), through a C++ autograd function whose backward runs the backward op
+// where grad mode is on and q, k or v requires grad. Returns [out, softmax_lse] and, with dropout,
+// rng_state. Head dims that are multiples of 8 (the Python layer pads the others).
+std::vector<at::Tensor> attention(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v,
+                                  std::optional<at::Tensor> const& cu_seqlens_q,
+                                  std::optional<at::Tensor> const& cu_seqlens_k, int64_t max_seqlen_q,
+                                  int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
+                                  int64_t window_right, double softcap, std::optional<at::Tensor> const& alibi_slopes,
+                                  std::optional<at::Tensor> const& seqused_k, double dropout_p, bool deterministic);
+
 }  // namespace flash_attn_cute

@@ -40,6 +40,9 @@ BUILT_BWD_SM90_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k
 BUILT_FWD_SMALL_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _C.built_fwd_small_kernels())
 BUILT_BWD_SMALL_KERNELS = frozenset() if _C is None else frozenset(tuple(k) for k in _C.built_bwd_small_kernels())
 SMALL_SMEM_RUNS_ON_HOPPER = _C is not None and _C.small_smem_runs_on_hopper()
+# Eager flash_attn_* calls on head dims that are multiples of 8 take the C++ autograd function
+# (run_attention); tests of the Python layer's own autograd function switch it off.
+EAGER_CPP_AUTOGRAD = _C is not None
 
 
 def is_local(window_size, seqlen_k):
@@ -282,6 +285,17 @@ def run_bwd(dout, q, k, v, out, softmax_lse, dq, dk, dv, softmax_scale, causal, 
                                   float(softcap), alibi_slopes, bool(deterministic), seqused_k, float(dropout_p),
                                   rng_state, out_residual)
     return dq, dk, dv
+
+
+def run_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window,
+                  softcap, alibi_slopes, seqused_k, dropout_p, deterministic):
+    """flash_attn_func's eager forward, through the C++ autograd function (csrc/autograd.cpp) where
+    q, k or v requires grad, on arguments checked or left to the forward op to check (q, k, v are
+    copied where the kernels cannot take their layout, as kernel_input does). Returns [out, lse] and,
+    with dropout, rng_state."""
+    return _C.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(softmax_scale),
+                        bool(causal), *window, float(softcap), alibi_slopes, seqused_k, float(dropout_p),
+                        bool(deterministic))
 
 
 def dropout_mask(rng_state, dropout_p, batch, nheads, seqlen_q, seqlen_k, cu_seqlens_q=None, cu_seqlens_k=None):

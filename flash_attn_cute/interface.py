@@ -5,7 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from . import validation as V
-from ._ops import _require_kernel, bwd, check_fwd, dropout_mask, kernel_input, run_bwd, run_fwd
+from ._ops import (EAGER_CPP_AUTOGRAD, _require_kernel, bwd, check_fwd, dropout_mask, kernel_input, run_attention,
+                   run_bwd, run_fwd)
 from .reference import attention_scores_ref
 
 
@@ -198,11 +199,18 @@ def _op_checks(q, varlen, max_seqlen_q, max_seqlen_k, dropout_p):
 
 def _attend(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window,
             softcap, alibi_slopes, deterministic, return_attn_probs, seqused_k):
-    """The forward (through the autograd function where an input requires grad) on arguments checked
-    or left to the op to check; window as check_score_mods returns it."""
+    """The forward (through an autograd function where an input requires grad) on arguments checked
+    or left to the op to check; window as check_score_mods returns it. Eager calls on head dims that
+    are multiples of 8 take the C++ autograd function (_ops.run_attention: its backward runs without
+    Python); torch.compile traces the Python one, which pads other head dims."""
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.size(-1))  # the caller's head dim, not the padded one
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+    if EAGER_CPP_AUTOGRAD and not torch.compiler.is_compiling() and q.size(-1) % V.ALIGN_ELEMENTS == 0:
+        out, lse, *rng_state = run_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                             softmax_scale, causal, window, softcap, alibi_slopes, seqused_k,
+                                             dropout_p, deterministic)
+        rng_state = rng_state[0] if rng_state else None
+    elif torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         out, lse, rng_state = _FlashAttnFunc.apply(q, k, v, softmax_scale, causal, cu_seqlens_q, cu_seqlens_k,
                                                    max_seqlen_q, max_seqlen_k, bool(deterministic), window, softcap,
                                                    alibi_slopes, seqused_k, dropout_p)

@@ -34,7 +34,7 @@ objects=$(python3 -c "
 import sys; sys.path.insert(0, 'csrc'); import features
 print(' '.join(f'.prebuilt/{p.stem}.o' for p in features.generate()))")
 
-glue="ops glue fwd_api bwd_api kvcache_api dispatch"
+glue="ops glue fwd_api bwd_api kvcache_api autograd dispatch"
 pids=()
 for f in $glue; do
   g++ -fPIC -O3 -DNDEBUG -std=c++20 -DTORCH_API_INCLUDE_EXTENSION_H -DTORCH_EXTENSION_NAME=_C \

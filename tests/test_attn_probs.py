@@ -164,6 +164,7 @@ def _fake_forward(monkeypatch, keep_seed=7):
     monkeypatch.setattr(validation, "check_device", lambda **tensors: None)
     monkeypatch.setattr(_ops, "_require_kernel", lambda *args, **kwargs: None)
     monkeypatch.setattr(interface, "run_fwd", fake_run_fwd)
+    monkeypatch.setattr(interface, "EAGER_CPP_AUTOGRAD", False)  # the Python autograd function, which calls run_fwd
     monkeypatch.setattr(interface, "dropout_mask", fake_dropout_mask)
     return masks
 

@@ -127,6 +127,7 @@ def _fake_kernels(monkeypatch, seen):
     monkeypatch.setattr(_ops, "_require_kernel", lambda *args, **kwargs: None)
     monkeypatch.setattr(interface, "_require_kernel", lambda *args, **kwargs: None)
     monkeypatch.setattr(interface, "run_fwd", fake_run_fwd)
+    monkeypatch.setattr(interface, "EAGER_CPP_AUTOGRAD", False)  # the Python autograd function, which calls run_fwd
     monkeypatch.setattr(interface, "run_bwd", fake_run_bwd)
 
 
@@ -270,6 +271,7 @@ def test_max_seqlen_is_a_python_int_for_the_kernels(monkeypatch):
     monkeypatch.setattr(validation, "check_device", lambda **tensors: None)
     monkeypatch.setattr(_ops, "_require_kernel", lambda *args, **kwargs: None)
     monkeypatch.setattr(interface, "run_fwd", fake_run_fwd)
+    monkeypatch.setattr(interface, "EAGER_CPP_AUTOGRAD", False)  # the Python autograd function, which calls run_fwd
     fac.flash_attn_varlen_func(*vqkv(), CU, CU, torch.tensor(7), __import__("numpy").int32(7))
     assert seen == [(7, 7)] and all(type(x) is int for x in seen[0])
 
@@ -401,6 +403,7 @@ def test_paged_varlen_forward(grad, d, monkeypatch):
     monkeypatch.setattr(validation, "check_device", lambda **tensors: None)
     monkeypatch.setattr(_ops, "_require_kernel", lambda *args, **kwargs: None)
     monkeypatch.setattr(interface, "run_fwd", fake_run_fwd)
+    monkeypatch.setattr(interface, "EAGER_CPP_AUTOGRAD", False)  # the Python autograd function, which calls run_fwd
     q = t(T, H, d).requires_grad_(grad)
     out, lse, _ = fac.flash_attn_varlen_func(q, *pages, CU, CU, 7, 7, block_table=torch.zeros(3, 2, dtype=torch.int32),
                                              return_attn_probs=True)
@@ -495,6 +498,7 @@ def test_negative_window_sides_are_unbounded(window, want, monkeypatch):
     monkeypatch.setattr(validation, "check_device", lambda **tensors: None)
     monkeypatch.setattr(_ops, "_require_kernel", lambda *args, **kwargs: None)
     monkeypatch.setattr(interface, "run_fwd", fake_run_fwd)
+    monkeypatch.setattr(interface, "EAGER_CPP_AUTOGRAD", False)  # the Python autograd function, which calls run_fwd
     fac.flash_attn_func(*qkv(), window_size=window)
     assert seen == [want]
 
@@ -576,6 +580,7 @@ def test_head_dim_padding_keeps_the_callers_softmax_scale(grad, monkeypatch):
     monkeypatch.setattr(validation, "check_device", lambda **tensors: None)
     monkeypatch.setattr(_ops, "_require_kernel", lambda *args, **kwargs: None)
     monkeypatch.setattr(interface, "run_fwd", fake_run_fwd)
+    monkeypatch.setattr(interface, "EAGER_CPP_AUTOGRAD", False)  # the Python autograd function, which calls run_fwd
     q, k, v = qkv(d=59)
     if grad:
         q.requires_grad_()
