@@ -109,14 +109,6 @@ void check_like(at::Tensor const& t, at::Tensor const& like, char const* name, c
               "flash_attn_cute: ", name, " must have the shape, dtype and device of ", like_name);
 }
 
-bool takes_layout(at::Tensor const& t) {
-  if (t.stride(-1) != 1 || reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
-  for (int i = 0; i + 1 < t.dim(); ++i) {
-    if (t.stride(i) % 8 != 0 && t.size(i) != 1) return false;
-  }
-  return true;
-}
-
 TensorView view_of(at::Tensor const& t, bool varlen) {
   TORCH_CHECK(t.stride(-1) == 1, "flash_attn_cute: tensors must have a contiguous last dimension");
   TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0,

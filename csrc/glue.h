@@ -48,8 +48,6 @@ void check_launch(cudaError_t err, char const* what, int device = 0, int64_t hea
 // such a GPU (the tests run the small tiles of sm_86 / sm_89 on Hopper with it).
 int smem_per_block_optin(int device);
 
-// Whether view_of takes t's layout: a contiguous last dim, 16-byte aligned data and other strides.
-bool takes_layout(at::Tensor const& t);
 // (batch, seqlen, heads, dim), or (total, heads, dim) in varlen mode.
 TensorView view_of(at::Tensor const& t, bool varlen);
 
