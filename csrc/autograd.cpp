@@ -39,13 +39,10 @@ struct AttentionCall {
   bool deterministic;
 };
 
+// The forward op's tensors: q, k, v as the kernels read them, its outputs and dropout's state.
 struct Forward {
   at::Tensor q, k, v, out, lse;
   std::optional<at::Tensor> rng_state, out_residual;
-
-  variable_list outputs() const {
-    return rng_state ? variable_list{out, lse, *rng_state} : variable_list{out, lse};
-  }
 };
 
 // The forward op on q, k, v in layouts the kernels take. keep_residual: with dropout, out's rounding
@@ -68,11 +65,13 @@ Forward run_forward(at::Tensor const& q_in, at::Tensor const& k_in, at::Tensor c
 // Saved for the backward: the forward's tensors (Saved order), and the call's other arguments.
 enum Saved { kQ, kK, kV, kOut, kLse, kRngState, kOutResidual, kCuSeqlensQ, kCuSeqlensK, kAlibiSlopes, kSequsedK };
 
+// Makes out the output of an autograd node over q, k, v; the forward ran before (attention), so that
+// the LSE and rng_state, which have no gradient, are no outputs of the node (marked non-differentiable,
+// they would stay in its context, which compiled autograd refuses).
 class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
  public:
-  static variable_list forward(AutogradContext* ctx, at::Tensor const& q, at::Tensor const& k, at::Tensor const& v,
-                               AttentionCall const& c) {
-    Forward f = run_forward(q, k, v, c, true);
+  static variable_list forward(AutogradContext* ctx, at::Tensor const& /* q */, at::Tensor const& /* k */,
+                               at::Tensor const& /* v */, Forward const& f, AttentionCall const& c) {
     ctx->save_for_backward({f.q, f.k, f.v, f.out, f.lse, tensor_or_undefined(f.rng_state),
                             tensor_or_undefined(f.out_residual), tensor_or_undefined(c.cu_seqlens_q),
                             tensor_or_undefined(c.cu_seqlens_k), tensor_or_undefined(c.alibi_slopes),
@@ -86,8 +85,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     ctx->saved_data["softcap"] = c.softcap;
     ctx->saved_data["dropout_p"] = c.dropout_p;
     ctx->saved_data["deterministic"] = c.deterministic;
-    ctx->mark_non_differentiable(f.rng_state ? variable_list{f.lse, *f.rng_state} : variable_list{f.lse});
-    return f.outputs();
+    return {f.out};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -102,7 +100,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
             d.at("window_right").toInt(), d.at("softcap").toDouble(), defined_or_none(s[kAlibiSlopes]),
             d.at("deterministic").toBool(), defined_or_none(s[kSequsedK]), d.at("dropout_p").toDouble(),
             defined_or_none(s[kRngState]), defined_or_none(s[kOutResidual]));
-    return {dq, dk, dv, at::Tensor()};  // nothing for the AttentionCall
+    return {dq, dk, dv, at::Tensor(), at::Tensor()};  // nothing for the Forward and the AttentionCall
   }
 };
 
@@ -118,8 +116,13 @@ std::vector<at::Tensor> attention(at::Tensor const& q, at::Tensor const& k, at::
                         max_seqlen_k, softmax_scale, causal,       window_left, window_right,
                         softcap,      dropout_p,    deterministic};
   const bool grad = at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
-  if (grad) return AttentionFunction::apply(q, k, v, c);
-  return run_forward(q, k, v, c, false).outputs();
+  Forward f;
+  {
+    const at::AutoGradMode no_grad(false);
+    f = run_forward(q, k, v, c, grad);
+  }
+  if (grad) f.out = AttentionFunction::apply(q, k, v, f, c)[0];
+  return f.rng_state ? std::vector<at::Tensor>{f.out, f.lse, *f.rng_state} : std::vector<at::Tensor>{f.out, f.lse};
 }
 
 }  // namespace flash_attn_cute

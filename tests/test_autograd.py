@@ -30,6 +30,9 @@ def _leaves(*tensors):
 
 @pytest.fixture(scope="module")
 def stub(tmp_path_factory):
+    from flash_attn_cute import _ops
+    if _ops._C is not None:  # both would register the flash_attn_cute ops: the GPU tests below cover the real ones
+        pytest.skip("the extension is loaded: its ops stand in the stand-ins' way")
     from torch.utils import cpp_extension
     cuda_include = Path(cpp_extension.CUDA_HOME or "/usr/local/cuda") / "include"
     if not (cuda_include / "cuda_runtime_api.h").exists() or shutil.which("ninja") is None:
@@ -60,19 +63,34 @@ def _reference(q, k, v, causal, dropout_p, seed, scale=0.3):
     return torch.einsum("bhqk,bkhd->bqhd", p, v.double()).to(q.dtype)
 
 
-@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+def _in_layout(shape, layout):
+    """A leaf of `shape` (batch, seqlen, heads, dim) in `layout`, its strides kept."""
+    b, n, h, d = shape
+    if layout == "contiguous":
+        x = torch.randn(shape)
+    elif layout == "readable":  # strided, but a layout the kernels read (one of a packed pair)
+        x = torch.randn(b, n, 2, h, d)[:, :, 0]
+    elif layout == "last_dim_strided":
+        x = torch.randn(b, n, h, 2 * d)[..., ::2]
+    elif layout == "head_stride_20":
+        x = torch.randn(b, n, h, d + 4)[..., :d]
+    else:  # misaligned: contiguous, 4 bytes past a 16-byte boundary
+        x = torch.randn(b * n * h * d + 1)[1:].view(shape)
+    return x.detach().requires_grad_()
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "readable", "last_dim_strided", "head_stride_20", "misaligned"])
 @pytest.mark.parametrize("dropout_p", [0.0, 0.3])
 @pytest.mark.parametrize("causal", [False, True])
 def test_cpp_function_saves_and_returns_what_autograd_needs(stub, causal, dropout_p, layout):
-    """Outputs and gradients against autograd through the stand-in's math; with dropout the backward
-    must get the forward's rng_state (two forwards draw different seeds) and out_residual."""
+    """Outputs and gradients against autograd through the stand-in's math; the stand-ins refuse
+    layouts the kernels cannot read, which the function copies; with dropout the backward must get
+    the forward's rng_state (two forwards draw different seeds) and out_residual."""
     torch.manual_seed(0)
-    q, k, v = (torch.randn(2, n, 3, 16, dtype=torch.float32) for n in (7, 9, 9))
-    if layout == "strided":  # the stand-in ops take contiguous tensors only: the function copies these
-        q, k, v = (torch.randn(x.shape[:-1] + (2 * x.size(-1),))[..., ::2] for x in (q, k, v))
+    leaves = [_in_layout((2, n, 3, 16), layout) for n in (7, 9, 9)]
+    q, k, v = (x.detach() for x in leaves)
     dout = torch.randn(2, 7, 3, 16)
     other = _stub_call(stub, *_leaves(q, k, v), causal, dropout_p)  # a forward whose state must not be used
-    leaves = _leaves(q, k, v)
     out, lse, *rng_state = _stub_call(stub, *leaves, causal, dropout_p)
     assert len(rng_state) == (1 if dropout_p else 0) and not lse.requires_grad
     assert "AttentionFunction" in out.grad_fn.name()
@@ -112,6 +130,20 @@ def test_cpp_function_under_checkpoint_and_saved_tensor_hooks(stub):
         out = fn(*leaves)
     assert len(packed) == 5  # q, k, v, out, lse
     assert all(torch.equal(a, b) for a, b in zip(plain, torch.autograd.grad(out, leaves, dout)))
+
+
+def test_cpp_function_under_compiled_autograd(stub):
+    """A backward that compiled autograd traces (attention outside the compiled region) takes the node."""
+    from torch._dynamo import compiled_autograd
+    q, k, v = (torch.randn(1, 6, 2, 8) for _ in range(3))
+    dout = torch.randn(1, 6, 2, 8)
+    leaves = _leaves(q, k, v)
+    plain = torch.autograd.grad(_stub_call(stub, *leaves, causal=True)[0], leaves, dout)
+    leaves = _leaves(q, k, v)
+    out = _stub_call(stub, *leaves, causal=True)[0]
+    with compiled_autograd._enable(torch.compile(backend="eager")):
+        out.backward(dout)
+    assert all(torch.equal(x.grad, g) for x, g in zip(leaves, plain))
 
 
 def test_cpp_function_catches_an_output_modified_in_place(stub):

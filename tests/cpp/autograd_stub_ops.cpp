@@ -38,6 +38,13 @@ at::Tensor dropped(Probs const& pr, double dropout_p) {
 
 int64_t next_seed = 1;
 
+// The layout the kernels read (glue.cpp's view_of): what the autograd function must hand the ops.
+bool kernels_read(at::Tensor const& t) {
+  bool ok = t.stride(-1) == 1 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  for (int i = 0; i + 1 < t.dim(); ++i) ok = ok && (t.stride(i) % 8 == 0 || t.size(i) == 1);
+  return ok;
+}
+
 }  // namespace
 
 at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at::Tensor& out,
@@ -46,7 +53,7 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
                std::optional<at::Tensor> const&, double dropout_p, std::optional<at::Tensor> const& rng_state,
                std::optional<at::Tensor> const&, std::optional<at::Tensor> const& out_residual,
                std::optional<at::Tensor> const&) {
-  TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "stub fwd: copies expected");
+  TORCH_CHECK(kernels_read(q) && kernels_read(k) && kernels_read(v), "stub fwd: a layout the kernels cannot read");
   TORCH_CHECK(rng_state.has_value() == (dropout_p > 0.0), "stub fwd: rng_state exactly with dropout");
   const int64_t seed = dropout_p > 0.0 ? next_seed++ : 0;
   if (rng_state) rng_state->copy_(at::tensor({seed, int64_t(0)}));
@@ -62,7 +69,8 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
          bool causal, int64_t, int64_t, double, std::optional<at::Tensor> const&, bool,
          std::optional<at::Tensor> const&, double dropout_p, std::optional<at::Tensor> const& rng_state,
          std::optional<at::Tensor> const& out_residual) {
-  TORCH_CHECK(dout.is_contiguous() && softmax_lse.size(1) == q.size(2), "stub bwd: dout copy, the forward's LSE");
+  TORCH_CHECK(kernels_read(dout) && kernels_read(q) && softmax_lse.size(1) == q.size(2),
+              "stub bwd: a layout the kernels cannot read, or not the forward's LSE");
   TORCH_CHECK(rng_state.has_value() == (dropout_p > 0.0) && out_residual.has_value() == (dropout_p > 0.0),
               "stub bwd: rng_state and out_residual exactly with dropout");
   const Probs pr = probs(q, k, softmax_scale, causal, dropout_p, rng_state ? (*rng_state)[0].item<int64_t>() : 0);
