@@ -8,6 +8,11 @@
 
 #include "torch_api.h"
 
+// The ops' namespace; the CPU tests build this file against stand-in ops of their own.
+#ifndef FLASH_ATTN_CUTE_OPS
+#define FLASH_ATTN_CUTE_OPS "flash_attn_cute"
+#endif
+
 namespace flash_attn_cute {
 namespace {
 
@@ -49,7 +54,8 @@ struct Forward {
 // residual for the backward's exact row sums (FwdParams::o_residual).
 Forward run_forward(at::Tensor const& q_in, at::Tensor const& k_in, at::Tensor const& v_in, AttentionCall const& c,
                     bool keep_residual) {
-  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("flash_attn_cute::fwd", "").typed<decltype(fwd)>();
+  static auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow(FLASH_ATTN_CUTE_OPS "::fwd", "").typed<decltype(fwd)>();
   Forward f{kernel_input(q_in), kernel_input(k_in), kernel_input(v_in)};
   f.out = at::empty_like(f.q);
   if (c.dropout_p > 0.0) {
@@ -89,7 +95,8 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("flash_attn_cute::bwd", "").typed<decltype(bwd)>();
+    static auto op =
+        c10::Dispatcher::singleton().findSchemaOrThrow(FLASH_ATTN_CUTE_OPS "::bwd", "").typed<decltype(bwd)>();
     const variable_list s = ctx->get_saved_variables();
     auto const& d = ctx->saved_data;
     at::Tensor dout = kernel_input(grads[0]);
