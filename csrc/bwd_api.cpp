@@ -6,6 +6,7 @@
 
 #include "flash_attn_cute/bwd_api.h"
 #include "flash_attn_cute/fwd_api.h"
+#include "flash_attn_cute/varlen_rows.h"
 #include "glue.h"
 #include "torch_api.h"
 
@@ -33,15 +34,12 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
               p.varlen ? "(nheads, total_q)" : "(batch, nheads, seqlen_q)", " tensor");
 
   c10::cuda::CUDAGuard device_guard(q.device());
-  // Varlen rows past cu_seqlens[-1] belong to no sequence and the kernels never visit them: their
-  // gradients are 0. Without a host read of cu_seqlens the whole tensors are zeroed first.
-  const bool no_pairs = p.batch == 0 || p.heads == 0 || p.seqlen_q == 0 || p.seqlen_k == 0;
-  if (p.varlen || no_pairs) {
+  if (p.batch == 0 || p.heads == 0 || p.seqlen_q == 0 || p.seqlen_k == 0) {  // no (row, key) pair anywhere
     dq.zero_();
     dk.zero_();
     dv.zero_();
+    return;
   }
-  if (no_pairs) return;  // no (row, key) pair anywhere
   BwdParams params;
   fill_params(params, p, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal);
   // GPUs that allow a block less shared memory than the default tiles take (sm_86 / sm_89, sm_80 at
@@ -99,6 +97,15 @@ void bwd(at::Tensor const& dout, at::Tensor const& q, at::Tensor const& k, at::T
   params.deterministic = deterministic;
   params.dq_semaphore = deterministic ? dq_semaphore.data_ptr<int>() : nullptr;
   params.dq_rotate = bwd_dq_rotate(deterministic, params.window, n_blocks, params.num_sms);
+  if (p.varlen) {
+    // Varlen rows that no kernel writes (past cu_seqlens[-1], keys past seqused_k) get gradients
+    // 0: without a host read of cu_seqlens, the kernel of varlen_rows.h finds them.
+    UnwrittenRows unwritten{params};
+    unwritten.query_rows[unwritten.n_query_rows++] = params.dq;
+    unwritten.key_rows[unwritten.n_key_rows++] = params.dk;
+    unwritten.key_rows[unwritten.n_key_rows++] = params.dv;
+    check_launch(run_unwritten_rows(unwritten, stream), "unwritten rows kernel");
+  }
   const cudaError_t err = run_bwd_dispatch(params, stream);
   check_launch(err, "backward kernel", params.device, p.head_dim);
 }

@@ -28,9 +28,9 @@ PASSES = ("fwd", "bwd")
 # both, FLASH_ATTN_CUTE_DROPOUT=0 the dropout one.
 VARIANTS = {"plain": "kPlain", "mods": "kScoreMods", "dropout": "kDropout"}
 
-# Kernels beside the instantiations that the forward's glue needs (the KV cache's row copies, the
-# dropout mask).
-FWD_SUPPORT_SOURCES = ("rotary_copy.cu", "dropout_mask.cu")
+# Kernels beside the instantiations that the glue needs whichever passes are built (the KV cache's row
+# copies, the dropout mask, the varlen rows that no kernel writes).
+SUPPORT_SOURCES = ("rotary_copy.cu", "dropout_mask.cu", "varlen_rows.cu")
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = ROOT / "csrc" / "generated"
@@ -232,8 +232,7 @@ def generate():
     for stale in GENERATED.glob("*.cu"):
         if stale not in sources:
             stale.unlink()
-    if "fwd" in passes:
-        sources += [ROOT / "csrc" / name for name in FWD_SUPPORT_SOURCES]
+    sources += [ROOT / "csrc" / name for name in SUPPORT_SOURCES]
     return sources
 
 

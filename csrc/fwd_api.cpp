@@ -7,6 +7,7 @@
 
 #include "flash_attn_cute/dropout.h"
 #include "flash_attn_cute/fwd_api.h"
+#include "flash_attn_cute/varlen_rows.h"
 #include "glue.h"
 #include "torch_api.h"
 
@@ -48,14 +49,21 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
   TORCH_CHECK(!out_residual || dropout_p > 0.0, "flash_attn_cute: out_residual is written by the dropout forward only");
   set_out_residual(params, out_residual, out, p.varlen);
   // Every argument is checked: from here on the call writes.
-  // Varlen rows past cu_seqlens[-1] belong to no sequence and the kernel never visits them: they get
-  // out = 0 and LSE = +inf, like rows that see no key. Without a host read of cu_seqlens, every row
-  // is set first.
-  if (p.varlen) {
-    out.zero_();
-    lse.fill_(INFINITY);
+  // Varlen rows that no kernel writes (past cu_seqlens[-1], say) get out = 0 and LSE = +inf, like
+  // rows that see no key: without a host read of cu_seqlens, the kernel of varlen_rows.h finds them.
+  if (p.batch == 0 || p.seqlen_q == 0 || p.heads == 0) {
+    if (p.varlen) {
+      out.zero_();
+      lse.fill_(INFINITY);
+    }
+    return rows.caller_lse();
   }
-  if (p.batch == 0 || p.seqlen_q == 0 || p.heads == 0) return rows.caller_lse();
+  if (p.varlen) {
+    UnwrittenRows unwritten{params};
+    unwritten.query_rows[unwritten.n_query_rows++] = params.o;
+    unwritten.lse = true;
+    check_launch(run_unwritten_rows(unwritten, c10::cuda::getCurrentCUDAStream().stream()), "unwritten rows kernel");
+  }
   // Split-KV where the grid alone would leave SMs idle (few query row blocks, many key blocks).
   const std::vector<at::Tensor> split_buffers = choose_splits(params, p, lse, 0);
   const std::vector<at::Tensor> scratch = ws_scratch(params, p, q);

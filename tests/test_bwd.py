@@ -12,7 +12,7 @@ import torch
 
 import flash_attn_cute as fac
 from flash_attn_cute.reference import attention_ref, attention_varlen_ref
-from test_fwd import DTYPES, HEADS, _assert_close_rule, _randn, attention_grid
+from test_fwd import DTYPES, HEADS, _assert_close_rule, _check_varlen, _randn, attention_grid
 
 pytestmark = pytest.mark.cuda
 
@@ -310,6 +310,52 @@ def test_varlen_rows_outside_every_sequence_are_zero():
             cu_seqlens_k=cu, max_seqlen_q=70, max_seqlen_k=70)
     for g in (dq, dk, dv):
         assert (g[120:] == 0).all() and g.isfinite().all()
+
+
+# Run-time switches that pick the forward and backward kernels (read at every call).
+KERNEL_PATHS = {"default": {}, "sm80": {"FLASH_ATTN_CUTE_SM90": "0"}, "sm90_ws": {"FLASH_ATTN_CUTE_SM90_WS": "1"},
+                "sm90_ctas": {"FLASH_ATTN_CUTE_SM90_WS": "0"}}
+
+
+@pytest.mark.parametrize("path", list(KERNEL_PATHS))
+@pytest.mark.parametrize("nheads", [4, 32], ids=["split_kv", "heads32"])  # 4: few CTAs, the split-KV forward
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_varlen_poisoned_outputs_get_every_row(dtype, head_dim, causal, nheads, path, monkeypatch):
+    """Over NaN-filled out, dQ, dK and dV, the kernels write each sequence's rows, rows that see no
+    key and keys that no row sees among them. The varlen rows kernel writes the rest: rows past
+    cu_seqlens[-1] and keys past seqused_k. Every value is finite, the unwritten rows 0 (LSE +inf),
+    the sequences' rows right."""
+    for name, value in KERNEL_PATHS[path].items():
+        monkeypatch.setenv(name, value)
+    torch.manual_seed(5)
+    seqlens_q, seqlens_k, used = [70, 0, 33, 128, 5], [90, 40, 0, 200, 5], [60, 40, 0, 150, 3]
+    q, k, v, dout, cu_q, cu_k = _varlen_case(dtype, head_dim, seqlens_q, seqlens_k, nheads, nheads // 2)
+    rows_q, rows_k = q.size(0), k.size(0)
+    q, dout = (torch.cat([x, _randn(7, *x.shape[1:], dtype=dtype)]) for x in (q, dout))  # rows of no sequence
+    k, v = (torch.cat([x, _randn(9, *x.shape[1:], dtype=dtype)]) for x in (k, v))
+    kw = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(seqlens_q), max_seqlen_k=max(seqlens_k),
+              causal=causal, seqused_k=torch.tensor(used, device="cuda", dtype=torch.int32))
+    out, dq, dk, dv = (torch.full_like(x, math.nan) for x in (q, q, k, v))
+    out, lse = fac.fwd(q, k, v, out=out, **kw)
+    fac.bwd(dout, q, k, v, out, lse, dq, dk, dv, **kw)
+    torch.cuda.synchronize()
+    assert all(x.isfinite().all() for x in (out, dq, dk, dv)), "an unwritten row"
+    assert (out[rows_q:] == 0).all() and (lse[:, rows_q:] == math.inf).all() and (dq[rows_q:] == 0).all()
+    no_keys = slice(int(cu_q[2]), int(cu_q[3]))  # sequence 2: 33 rows, no key
+    assert (out[no_keys] == 0).all() and (lse[:, no_keys] == math.inf).all() and (dq[no_keys] == 0).all()
+    keep = torch.cat([torch.arange(int(cu_k[b]), int(cu_k[b]) + n, device="cuda") for b, n in enumerate(used)])
+    unused = torch.ones(k.size(0), dtype=torch.bool, device="cuda")
+    unused[keep] = False
+    assert unused[rows_k:].all() and (dk[unused] == 0).all() and (dv[unused] == 0).all()
+    no_rows = slice(int(cu_k[1]), int(cu_k[2]))  # sequence 1: 40 keys, no row
+    assert (dk[no_rows] == 0).all() and (dv[no_rows] == 0).all()
+    # The sequences' rows against the reference over the used keys, packed.
+    cu_used = torch.tensor([0] + used, device="cuda").cumsum(0).int()
+    _check_varlen(q[:rows_q], k[keep], v[keep], cu_q, cu_used, out[:rows_q], lse[:, :rows_q], causal=causal)
+    ref_fn = lambda q, k, v, **r: attention_varlen_ref(q, k, v, cu_q, cu_used, causal=causal, **r)[0]  # noqa: E731
+    _check_grads((dq[:rows_q], dk[keep], dv[keep]), ref_fn, (q[:rows_q], k[keep], v[keep]), dout[:rows_q])
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
