@@ -2,34 +2,12 @@
 // kernel instantiations (csrc/features.py).
 #include <cmath>
 
-#include "flash_attn_cute/block_info.h"
 #include "flash_attn_cute/varlen_rows.h"
 
 namespace flash_attn_cute {
 namespace {
 
 constexpr int kWarps = 8;  // a warp a row
-
-// Whether the kernels write row `row` of the query side (keys: of the key side): whether it lies in
-// the rows BlockInfo gives the last sequence that starts at or before it. With cu_seqlens that do not
-// ascend (a caller error) that may be the wrong sequence, and a row some kernel writes is then set
-// here first too, which the kernel's write overrides.
-__device__ bool row_written(FwdParams const& params, index_t row, bool keys) {
-  const int* cu_seqlens = keys ? params.cu_seqlens_k : params.cu_seqlens_q;
-  if (params.batch == 0 || cu_seqlens[0] > row) return false;
-  int lo = 0, hi = params.batch - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (cu_seqlens[mid] <= row) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  const BlockInfo binfo(params, lo);
-  const index_t start = keys ? binfo.k_row_start : binfo.q_row_start;
-  return row >= start && row < start + (keys ? binfo.seqlen_k : binfo.seqlen_q);
-}
 
 // grid (ceil_div(rows, kWarps), 2): blockIdx.y 0 for the query side, 1 for the key side.
 __global__ void __launch_bounds__(kWarps * 32) unwritten_rows_kernel(__grid_constant__ const UnwrittenRows rows) {

@@ -33,6 +33,7 @@
 #include "flash_attn_cute/split_kv.h"
 #include "flash_attn_cute/tile_order.h"
 #include "flash_attn_cute/tile_size.h"
+#include "flash_attn_cute/varlen_rows.h"
 
 namespace {
 
@@ -1338,6 +1339,61 @@ void test_block_info() {
 }
 
 // ----------------------------------------------------------------------------------------------
+// row_written (varlen_rows.h): the rows that varlen_rows.cu leaves alone are exactly those some
+// sequence's kernels write, by an independent count: sequence b's rows cu[b] .. cu[b] + min(length,
+// max_seqlen) (keys: also at most seqused_k[b]). With cu_seqlens that do not ascend, a row it calls
+// written still is.
+void test_varlen_rows() {
+  auto covered = [](const int* cu, int batch, int max_len, const int* used, int total, int row) {
+    for (int b = 0; b < batch; ++b) {
+      const int start = std::min(std::max(cu[b], 0), total);
+      int len = std::min(std::max(std::min(std::max(cu[b + 1], 0), total) - start, 0), max_len);
+      if (used != nullptr) len = std::max(std::min(len, used[b]), 0);
+      if (row >= start && row < start + len) return true;
+    }
+    return false;
+  };
+  auto check_all = [&](FwdParams const& p, const int* used, bool ascending, const char* name) {
+    for (int keys = 0; keys < 2; ++keys) {
+      const int* cu = keys ? p.cu_seqlens_k : p.cu_seqlens_q;
+      const int total = int(keys ? p.total_k : p.total_q);
+      const int max_len = keys ? p.seqlen_k : p.seqlen_q;
+      for (int row = 0; row < total; ++row) {
+        const bool want = covered(cu, p.batch, max_len, keys ? used : nullptr, total, row);
+        const bool got = row_written(p, row, keys == 1);
+        if (ascending) {
+          CHECK_EQ(got, want, fmt("%s: %s row %d", name, keys ? "key" : "query", row));
+        } else {
+          CHECK(!got || want, fmt("%s: %s row %d called written", name, keys ? "key" : "query", row));
+        }
+      }
+    }
+  };
+  // Empty sequences on either side, rows past cu_seqlens[-1] (total 45 / 36), a sequence (28 rows)
+  // longer than a short max_seqlen_q.
+  const int cu_q[] = {0, 5, 12, 12, 40};
+  const int cu_k[] = {0, 7, 7, 30, 31};
+  FwdParams p = varlen_params(cu_q, cu_k, 28, 23, 45, 36);
+  check_all(p, nullptr, true, "varlen");
+  FwdParams cut = p;
+  cut.seqlen_q = 20;
+  cut.seqlen_k = 10;
+  check_all(cut, nullptr, true, "varlen, max_seqlen cut");
+  const int used[] = {3, 9, 0, 1};
+  FwdParams with_used = p;
+  with_used.seqused_k = used;
+  check_all(with_used, used, true, "varlen, seqused_k");
+  // A first sequence that starts past row 0, and a batch of one.
+  const int late_q[] = {4, 9}, late_k[] = {2, 3};
+  FwdParams late = varlen_params(late_q, late_k, 5, 1, 12, 6);
+  late.batch = 1;
+  check_all(late, nullptr, true, "varlen, rows before cu_seqlens[0]");
+  // cu_seqlens that do not ascend (a caller error).
+  const int down_q[] = {0, 30, 10, 20, 40};
+  const int down_k[] = {0, 20, 5, 25, 31};
+  check_all(varlen_params(down_q, down_k, 40, 31, 45, 36), nullptr, false, "varlen, descending cu_seqlens");
+}
+
 // Dropout: Philox against its published answer, the keep threshold and kept fraction, and the
 // property the kernels rely on: in every tile's S fragment, each thread's (m, 4 g .. 4 g + 3)
 // entries are one 16 x 32 chunk of one lane, with byte 4 * nn + v at (v, m, 4 g + nn).
@@ -1936,6 +1992,7 @@ const Case kCases[] = {
     {"split_range", test_split_range},
     {"split_combine", test_split_combine},
     {"block_info", test_block_info},
+    {"varlen_rows", test_varlen_rows},
     {"ws_tile_order", test_ws_tile_order},
     {"dropout_rng", test_dropout_rng},
     {"dropout_layout", test_dropout_layout},
