@@ -19,12 +19,10 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// t itself if the kernels take its layout (glue.cpp's view_of: a contiguous last dim, 16-byte aligned
-// data and other strides), else a contiguous copy in fresh memory: the Python layer's kernel_input.
+// t itself if the kernels take its layout (kernel_layout_problem), else a contiguous copy in fresh
+// memory: the Python layer's kernel_input.
 at::Tensor kernel_input(at::Tensor const& t) {
-  bool takes = t.stride(-1) == 1 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-  for (int i = 0; takes && i + 1 < t.dim(); ++i) takes = t.stride(i) % 8 == 0 || t.size(i) == 1;
-  return takes ? t : t.clone(at::MemoryFormat::Contiguous);
+  return kernel_layout_problem(t) == nullptr ? t : t.clone(at::MemoryFormat::Contiguous);
 }
 
 std::optional<at::Tensor> defined_or_none(at::Tensor const& t) {

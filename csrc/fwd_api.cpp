@@ -58,17 +58,18 @@ at::Tensor fwd(at::Tensor const& q, at::Tensor const& k, at::Tensor const& v, at
     }
     return rows.caller_lse();
   }
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   if (p.varlen) {
     UnwrittenRows unwritten{params};
     unwritten.query_rows[unwritten.n_query_rows++] = params.o;
     unwritten.lse = true;
-    check_launch(run_unwritten_rows(unwritten, c10::cuda::getCurrentCUDAStream().stream()), "unwritten rows kernel");
+    check_launch(run_unwritten_rows(unwritten, stream), "unwritten rows kernel");
   }
   // Split-KV where the grid alone would leave SMs idle (few query row blocks, many key blocks).
   const std::vector<at::Tensor> split_buffers = choose_splits(params, p, lse, 0);
   const std::vector<at::Tensor> scratch = ws_scratch(params, p, q);
   draw_dropout_seed(params);
-  const cudaError_t err = run_fwd_dispatch(params, c10::cuda::getCurrentCUDAStream().stream());
+  const cudaError_t err = run_fwd_dispatch(params, stream);
   check_launch(err, "forward kernel", params.device, p.head_dim);
   return rows.caller_lse();
 }

@@ -110,13 +110,8 @@ void check_like(at::Tensor const& t, at::Tensor const& like, char const* name, c
 }
 
 TensorView view_of(at::Tensor const& t, bool varlen) {
-  TORCH_CHECK(t.stride(-1) == 1, "flash_attn_cute: tensors must have a contiguous last dimension");
-  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0,
-              "flash_attn_cute: tensor data must be 16-byte aligned");
-  for (int i = 0; i + 1 < t.dim(); ++i) {
-    TORCH_CHECK(t.stride(i) % 8 == 0 || t.size(i) == 1,
-                "flash_attn_cute: strides must be multiples of 8 elements (16 bytes)");
-  }
+  char const* problem = kernel_layout_problem(t);
+  TORCH_CHECK(problem == nullptr, problem);
   TensorView view;
   view.ptr = t.data_ptr();
   const int o = varlen ? 1 : 0;

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -47,6 +48,20 @@ void check_launch(cudaError_t err, char const* what, int device = 0, int64_t hea
 // (bytes, read at every call) where set: the SM80 forward and backward then pick their tiles as on
 // such a GPU (the tests run the small tiles of sm_86 / sm_89 on Hopper with it).
 int smem_per_block_optin(int device);
+
+// What keeps the kernels from reading t in place (view_of's layout: a contiguous last dimension,
+// 16-byte aligned data, other strides multiples of 8 elements, or of size 1), or nullptr. Inline:
+// the C++ autograd function (autograd.cpp) copies such inputs with it, also in its CPU tests.
+inline char const* kernel_layout_problem(at::Tensor const& t) {
+  if (t.stride(-1) != 1) return "flash_attn_cute: tensors must have a contiguous last dimension";
+  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return "flash_attn_cute: tensor data must be 16-byte aligned";
+  for (int i = 0; i + 1 < t.dim(); ++i) {
+    if (t.stride(i) % 8 != 0 && t.size(i) != 1) {
+      return "flash_attn_cute: strides must be multiples of 8 elements (16 bytes)";
+    }
+  }
+  return nullptr;
+}
 
 // (batch, seqlen, heads, dim), or (total, heads, dim) in varlen mode.
 TensorView view_of(at::Tensor const& t, bool varlen);
