@@ -151,6 +151,57 @@ def test_hopper_bwd_tma_and_cp_async_loads_agree(head_dim, causal, layout, varia
         _check_grads(grads[0], _dense_ref(causal), (q, k, v), dout)
 
 
+@pytest.mark.parametrize("variant", ["plain", "mods", "dropout"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_hopper_bwd_varlen_tma_loads(dtype, head_dim, causal, variant, monkeypatch):
+    """Varlen, the Hopper backward loads Q and dO by TMA too. A sequence's last row block reads the
+    next sequence's first rows there, and the kernel zeroes them. So dK and dV equal cp.async's
+    bitwise (dQ too where deterministic). A non-finite value in one sequence's Q or dO reaches no
+    other sequence's gradients."""
+    _require_built(dtype, head_dim, causal, variant)
+    torch.manual_seed(3)
+    seqlens_q, seqlens_k = [100, 0, 300, 77, 513], [90, 40, 300, 200, 600]
+    cu_q, cu_k = (torch.tensor([0] + s, device="cuda").cumsum(0).int() for s in (seqlens_q, seqlens_k))
+    q, dout = (_randn(int(cu_q[-1]), 4, head_dim, dtype=dtype) for _ in range(2))
+    k, v = (_randn(int(cu_k[-1]), 2, head_dim, dtype=dtype) for _ in range(2))
+    kw = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(seqlens_q), max_seqlen_k=max(seqlens_k),
+              causal=causal)
+    if variant == "mods":
+        kw.update(softcap=20.0, window_size=(150, -1 if not causal else 0))
+    p = 0.15 if variant == "dropout" else 0.0
+    out, lse, *rng = fac.fwd(q, k, v, dropout_p=p, **kw)
+    bwd_kw = dict(kw, dropout_p=p, rng_state=rng[0] if rng else None)
+    deterministic = variant == "plain" and head_dim <= 128
+
+    def grads(q, dout, det=False):
+        return fac.bwd(dout, q, k, v, out, lse, deterministic=det, **bwd_kw)
+
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_TMA", "require")  # a launch that cannot use TMA fails
+    assert any("flash_bwd_sm90_kernel" in n for n in _kernel_names(lambda: grads(q, dout)))
+    tma = grads(q, dout), grads(q, dout, True) if deterministic else None
+    # Row 0 of sequence 2 sits in sequence 0's last row block (100 rows): non-finite there.
+    row = int(cu_q[2])
+    q_bad, dout_bad = q.clone(), dout.clone()
+    q_bad[row, 0, 0], dout_bad[row, 1, 1] = float("inf"), float("nan")
+    bad = grads(q_bad, dout_bad)
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_TMA", "0")
+    cp_async = grads(q, dout), grads(q, dout, True) if deterministic else None
+    for name, a, b in zip(("dk", "dv"), tma[0][1:], cp_async[0][1:]):
+        assert torch.equal(a, b), f"{name}: TMA and cp.async loads differ"
+    if deterministic:
+        for name, a, b in zip(("dq", "dk", "dv"), tma[1], cp_async[1]):
+            assert torch.equal(a, b), f"{name} (deterministic): TMA and cp.async loads differ"
+    others = torch.ones(k.size(0), dtype=torch.bool, device="cuda")
+    others[int(cu_k[2]):int(cu_k[3])] = False
+    for name, a, b in zip(("dk", "dv"), bad[1:], tma[0][1:]):
+        assert torch.equal(a[others], b[others]), f"{name}: sequence 2's non-finite rows reached another sequence"
+    if variant == "plain":
+        ref = lambda q, k, v, **r: attention_varlen_ref(q, k, v, cu_q, cu_k, causal=causal, **r)[0]  # noqa: E731
+        _check_grads(tma[0], ref, (q, k, v), dout)
+
+
 @pytest.mark.parametrize("head_dim, variant", [(64, "plain"), (128, "plain"), (64, "mods"), (128, "dropout"),
                                                (256, "plain")])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

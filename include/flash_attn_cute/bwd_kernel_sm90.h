@@ -301,7 +301,7 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, BwdS
       sLseD[slot * 2 * kBlockM + tidx] = tidx < kBlockM ? INFINITY : 0.f;
     }
     if (params.sm90_tma) {
-      if (tidx == 0) tma.load(params, q_ring, use, smem_q, smem_do, m_block, bidh, bidb);
+      if (tidx == 0) tma.load(params, q_ring, use, smem_q, smem_do, m_block, bidh, bidb, binfo.q_row_start);
     } else {
       load_rows(params.q, sQ, bidh, m_block, slot);
       load_rows(params.dout, sdO, bidh, m_block, slot);
@@ -493,7 +493,20 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, BwdS
   // A step's start: `use`'s loads have landed and every thread is done with the other slot (and dS,
   // P); then the previous step's dQ tile is added (deterministic: the step's own tile is noted).
   auto begin_step = [&](int use, int bidh, int m_block) {
-    if (params.sm90_tma) q_ring.wait(use, false);
+    if (params.sm90_tma) {
+      q_ring.wait(use, false);
+      // Varlen: the box's rows past the sequence's end are the next sequence's (bwd_sm90_tma.h). Their
+      // P and dS are 0 (LSE +inf, D 0), but 0 times a non-finite value is not: zeros, as cp.async
+      // leaves them (the fence below hands these writes to the MMAs' async proxy).
+      const int rows_left = binfo.seqlen_q - m_block * kBlockM;
+      if (binfo.is_varlen && rows_left < kBlockM) {
+        for (int i = tidx; i < (kBlockM - rows_left) * kHeadDim; i += Traits::kNThreads) {
+          const int row = rows_left + i / kHeadDim, col = i % kHeadDim;
+          sQ(row, col, use % 2) = Element(0);
+          sdO(row, col, use % 2) = Element(0);
+        }
+      }
+    }
     wait_copies_and_sync();
     if constexpr (Is_det) {
       note_step_dq(bidh, m_block);

@@ -1,7 +1,9 @@
 // TMA loads of Q and dO for the Hopper backward (bwd_kernel_sm90.h), where they fit
 // (bwd_sm90_tma_fits): thread 0 issues each row block's two copies, and the row block's buffer's
-// barrier (a two-buffer SmemRing) completes once their bytes have landed. Elsewhere (varlen,
-// unaligned views, FLASH_ATTN_CUTE_SM90_TMA=0) every thread loads them with cp.async.
+// barrier (a two-buffer SmemRing) completes once their bytes have landed. Elsewhere (unaligned views,
+// FLASH_ATTN_CUTE_SM90_TMA=0) every thread loads them with cp.async. Varlen, a sequence's last row
+// block reads the next sequence's first rows past its end (rows past the tensor's end land as
+// zeros): the kernel zeroes them after they land, as cp.async would have left them.
 #pragma once
 
 #include "fwd_ws_tma.h"
@@ -11,10 +13,11 @@ namespace flash_attn_cute {
 
 using namespace cute;
 
-// Fixed-length batches (no varlen: a row block's rows past its sequence's end must land as zeros)
-// whose Q and dO TMA can load.
+// Whether TMA can load Q and dO (varlen: packed rows that a TMA coordinate reaches).
 inline bool bwd_sm90_tma_fits(BwdParams const& p) {
-  return !p.cu_seqlens_q && !p.cu_seqlens_k && tma_views_fit({&p.q, &p.dout});
+  if (p.cu_seqlens_q && p.total_q > INT32_MAX) return false;
+  const TensorView q = tma_view_q(p.q, p), dout = tma_view_q(p.dout, p);
+  return tma_views_fit({&q, &dout});
 }
 
 // The descriptors of Q and dO, (seqlen_q, head_dim, heads, batch) as tma_gmem sees them, each
@@ -35,25 +38,31 @@ struct BwdSm90Tma {
   // Whether the TMA loads can run for these params: they fit and the driver encodes both.
   static bool usable(BwdParams const& p) {
     constexpr bool kFp16 = std::is_same_v<Element, cutlass::half_t>;
-    return bwd_sm90_tma_fits(p) && tensor_map_encodes(p.q, tma_shape_q(p), kFp16, Traits::kBlockM, kBoxCols) &&
-           tensor_map_encodes(p.dout, tma_shape_q(p), kFp16, Traits::kBlockM, kBoxCols);
+    return bwd_sm90_tma_fits(p) &&
+           tensor_map_encodes(tma_view_q(p.q, p), tma_shape_q(p), kFp16, Traits::kBlockM, kBoxCols) &&
+           tensor_map_encodes(tma_view_q(p.dout, p), tma_shape_q(p), kFp16, Traits::kBlockM, kBoxCols);
   }
   static BwdSm90Tma make(BwdParams const& p) {
-    return {make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<Element>(p.q, tma_shape_q(p)), SmemLayoutQBuffer{}, TileQ{}, _1{}),
-            make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<Element>(p.dout, tma_shape_q(p)), SmemLayoutQBuffer{}, TileQ{},
-                          _1{})};
+    auto descriptor = [&](TensorView const& view) {
+      return make_tma_copy(SM90_TMA_LOAD{}, tma_gmem<Element>(tma_view_q(view, p), tma_shape_q(p)),
+                           SmemLayoutQBuffer{}, TileQ{}, _1{});
+    };
+    return {descriptor(p.q), descriptor(p.dout)};
   }
 
   // Thread 0: row block m_block of head bidh, batch bidb, into use `use`'s buffers of Q and dO, their
-  // barrier told to expect both copies' bytes.
+  // barrier told to expect both copies' bytes. row_start: the sequence's first row (BlockInfo's
+  // q_row_start: varlen's packed rows; 0 for fixed-length batches).
   template <class Ring>
   __device__ void load(BwdParams const& p, Ring& ring, int use, Element* smem_q, Element* smem_do, int m_block,
-                       int bidh, int bidb) const {
+                       int bidh, int bidb, index_t row_start) const {
     ring.commit_tma(use, 2 * kBytesQ);
     const int offset = ring.stage(use) * cosize_v<SmemLayoutQBuffer>;
+    const bool varlen = p.cu_seqlens_q != nullptr;
     auto load_one = [&](CopyQ const& tma, Element* smem) {
       Tensor m = tma.get_tma_tensor(tma_shape_q(p));
-      Tensor g = local_tile(m(_, _, bidh, bidb), TileQ{}, make_coord(m_block, _0{}));  // (kBlockM, kHeadDim)
+      Tensor rows = domain_offset(make_coord(int(row_start), _0{}), m(_, _, bidh, varlen ? 0 : bidb));
+      Tensor g = local_tile(rows, TileQ{}, make_coord(m_block, _0{}));  // (kBlockM, kHeadDim)
       Tensor s = make_tensor(make_smem_ptr(smem + offset), SmemLayoutQBuffer{});
       auto cta_tma = tma.get_slice(_0{});
       copy(tma.with(ring.full_barrier(use)), cta_tma.partition_S(g), cta_tma.partition_D(s));

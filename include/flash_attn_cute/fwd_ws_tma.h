@@ -88,9 +88,17 @@ auto tma_gmem(TensorView const& view, TmaShape const& shape) {
   return make_tensor(make_gmem_ptr(static_cast<Element const*>(view.ptr)), shape,
                      make_stride(view.row_stride, _1{}, view.head_stride, view.batch_stride));
 }
-// Q's extents (dO's too), which the descriptors are built with and the kernels index.
+// Q's extents (dO's too), which the descriptors are built with and the kernels index: varlen, the
+// packed rows as one batch entry (the Hopper backward's loads offset each sequence's rows into them).
 CUTE_HOST_DEVICE TmaShape tma_shape_q(FwdParams const& p) {
-  return make_shape(p.seqlen_q, p.head_dim, p.heads, p.batch);
+  return p.cu_seqlens_q ? make_shape(int(p.total_q), p.head_dim, p.heads, 1)
+                        : make_shape(p.seqlen_q, p.head_dim, p.heads, p.batch);
+}
+// A Q-side view as the descriptors take it: varlen views have no batch stride (0), which the driver
+// refuses; their one batch entry gets the packed tensor's extent as its stride, never stepped over.
+inline TensorView tma_view_q(TensorView view, FwdParams const& p) {
+  if (p.cu_seqlens_q) view.batch_stride = p.total_q * view.row_stride;
+  return view;
 }
 
 // The forward's descriptors (each tensor as tma_gmem sees it).
