@@ -22,6 +22,11 @@ MAX_STACK_BYTES = 128
 # 0-6 % slower, session 60); softcap's at 64 rows since session 60, none (at 128 rows it took a
 # 216-232-byte frame). Softcap + ALiBi's score-mod kernel at head dim 32 on 128 rows since session 61
 # (24-48 bytes).
+# Since session 69 that dropout kernel takes a 136-byte frame (132 / 244 bytes): the zeroing of a varlen
+# sequence's last row block after its TMA loads (bwd_kernel_sm90.h, begin_step) holds two more
+# registers in every form tried (element stores, 16-byte stores, the load's row offset recomputed;
+# out of line, 192 bytes). Its budget: that frame.
+BWD_MAX_STACK_BYTES = {(64, "kDropout"): 136}
 BWD_CASES = [(32, "kScoreMods"), (64, "kPlain"), (64, "kScoreMods"), (64, "kDropout"),
              (128, "kPlain"), (128, "kScoreMods"), (128, "kDropout"), (192, "kDropout"), (256, "kScoreMods")]
 # The forward's (the warp-specialized kernels and the three-CTA one; session 44: at most 32 bytes).
@@ -55,8 +60,9 @@ def stack_frames(pass_, head_dim, variant, tmp_path, features, causal=True):
 
 @pytest.mark.parametrize("head_dim, variant", BWD_CASES)
 def test_hopper_backward_keeps_its_arrays_in_registers(head_dim, variant, tmp_path, features):
+    budget = BWD_MAX_STACK_BYTES.get((head_dim, variant), MAX_STACK_BYTES)
     for name, stack in stack_frames("bwd", head_dim, variant, tmp_path, features):
-        assert int(stack) <= MAX_STACK_BYTES, f"{name}: {stack}-byte stack frame (local memory)"
+        assert int(stack) <= budget, f"{name}: {stack}-byte stack frame (local memory)"
 
 
 @pytest.mark.parametrize("head_dim, variant", FWD_CASES)
