@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "tests" / "cpp" / "test_host_units.cu"
 CASES = ("tile_table", "mask", "mask_apply", "alibi_apply", "alibi_bias_at", "alibi_max_bias", "n_block_range", "key_block_walk", "consumer_walk", "diagonal_steps", "m_block_range", "bwd_tile_table", "dq_accum_offset",
-         "dq_fragment", "dq_order", "split_heuristic", "split_range", "split_combine", "block_info", "varlen_rows", "ws_tile_order", "dropout_rng", "dropout_layout",
+         "dq_fragment", "dq_order", "split_heuristic", "split_range", "split_combine", "block_info", "tma_fits", "varlen_rows", "ws_tile_order", "dropout_rng", "dropout_layout",
          "exp2_fma", "bounded_scores", "softcap_loops")
 
 

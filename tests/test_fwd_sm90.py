@@ -239,8 +239,8 @@ def test_kernel_choice_by_row_length(causal, monkeypatch):
         short64 = tuple(_randn(16, 256, 16, 64, dtype=torch.bfloat16) for _ in range(3))
         assert _takes_hopper_kernel(run(long64), ws=True)
         assert _takes_three_cta_kernel(run(short64)) if causal else _takes_hopper_kernel(run(short64), ws=True)
-        # With cp.async loads (varlen here) rows with a window edge keep the three-CTA kernel up to
-        # 1024 keys a row; full rows take the warp-specialized one.
+        # Rows with a window edge keep the three-CTA kernel below 512 keys a row (fwd_sm90_ws_min_mean_keys:
+        # 384 on average here); full rows take the warp-specialized one.
         cu = torch.tensor([0, 768, 1536], device="cuda", dtype=torch.int32)
         qkv = tuple(_randn(1536, 16, 64, dtype=torch.bfloat16) for _ in range(3))
         varlen = lambda: fac.flash_attn_varlen_func(*qkv, cu, cu, 768, 768, causal=causal)  # noqa: E731
@@ -604,6 +604,62 @@ def test_warp_specialized_tma_and_cp_async_loads_agree(head_dim, causal, layout,
     assert torch.equal(out, out_cp_async)
     assert torch.equal(lse, lse_cp_async)
     _check(q, k, v, causal, out, lse, softcap=softcap)
+
+
+@pytest.mark.parametrize("keys", ["cu_seqlens_k", "seqused_k"])
+@pytest.mark.parametrize("variant", ["plain", "mods", "dropout"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 120, 128, 256])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_warp_specialized_varlen_tma_loads(dtype, head_dim, causal, variant, keys, monkeypatch):
+    """Varlen, the warp-specialized kernel loads by TMA too. A sequence's last row block of Q and
+    last key block of V read the next sequence's first rows there (seqused_k: the sequence's own
+    keys past it), which the producer zeroes after they land, as cp.async leaves them. So the
+    outputs and LSEs equal cp.async's bitwise, and non-finite values in one sequence's first query,
+    key and value rows reach no other sequence's output."""
+    _require_built(dtype, head_dim, causal, variant)
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_WS", "1")
+    torch.manual_seed(5)
+    seqlens_q, seqlens_k = [0, 17, 300, 1, 255, 700, 130], [5, 0, 299, 77, 513, 650, 1]
+    cu_q, cu_k = (torch.tensor([0] + s, device="cuda").cumsum(0).int() for s in (seqlens_q, seqlens_k))
+    q = _randn(int(cu_q[-1]), 8, head_dim, dtype=dtype)
+    k, v = (_randn(int(cu_k[-1]), 2, head_dim, dtype=dtype) for _ in range(2))
+    kw = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(seqlens_q), max_seqlen_k=max(seqlens_k),
+              causal=causal, dropout_p=0.1 if variant == "dropout" else 0.0)
+    if keys == "seqused_k":  # each sequence's last 10 keys unused (some sequences have fewer)
+        kw["seqused_k"] = (cu_k[1:] - cu_k[:-1] - 10).clamp(min=0).int()
+    if variant == "mods":
+        kw.update(softcap=20.0, window_size=(200, -1 if not causal else 0))
+
+    def call(q, k, v):
+        if variant == "dropout":
+            torch.manual_seed(9)  # the same mask each call
+        return fac.fwd(q, k, v, **kw)[:2]
+
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_TMA", "require")  # a launch that cannot use TMA fails
+    assert _takes_hopper_kernel(lambda: call(q, k, v), ws=True)
+    out, lse = call(q, k, v)
+    # Sequence 4's first query, key and value rows follow sequences 2 and 3's last blocks: non-finite.
+    q_bad, k_bad, v_bad = q.clone(), k.clone(), v.clone()
+    q_bad[int(cu_q[4]), 0, 0], k_bad[int(cu_k[4]), 1, 1] = float("nan"), float("inf")
+    v_bad[int(cu_k[4]) : int(cu_k[4]) + 2, :, 2] = float("inf")
+    out_bad, lse_bad = call(q_bad, k_bad, v_bad)
+    monkeypatch.setenv("FLASH_ATTN_CUTE_SM90_TMA", "0")
+    out_cp_async, lse_cp_async = call(q, k, v)
+    assert torch.equal(out, out_cp_async) and torch.equal(lse, lse_cp_async), "TMA and cp.async loads differ"
+    others = torch.ones(q.size(0), dtype=torch.bool, device="cuda")
+    others[int(cu_q[4]) : int(cu_q[5])] = False
+    assert torch.equal(out_bad[others], out[others]), "sequence 4's non-finite rows reached another sequence"
+    assert torch.equal(lse_bad[:, others], lse[:, others])
+    if variant == "plain":
+        used = kw.get("seqused_k")
+        if used is None:
+            _check_varlen(q, k, v, cu_q, cu_k, out, lse, causal=causal)
+        else:  # the reference on each sequence's used keys alone
+            ends = cu_k[:-1] + used
+            keep = torch.cat([torch.arange(int(a), int(b), device="cuda") for a, b in zip(cu_k[:-1], ends)])
+            cu_used = torch.cat([used.new_zeros(1), used.cumsum(0)]).int()
+            _check_varlen(q, k[keep], v[keep], cu_q, cu_used, out, lse, causal=causal)
 
 
 @pytest.mark.parametrize("softcap", [0.0, 30.0, 60.0, 200.0], ids=["plain", "softcap", "softcap60", "softcap200"])

@@ -15,7 +15,7 @@ using namespace cute;
 
 // Whether TMA can load Q and dO (varlen: packed rows, at least one, that a TMA coordinate reaches).
 inline bool bwd_sm90_tma_fits(BwdParams const& p) {
-  if (p.cu_seqlens_q && (p.total_q <= 0 || p.total_q > INT32_MAX)) return false;
+  if (!tma_rows_fit(p.cu_seqlens_q, p.total_q)) return false;
   const TensorView q = tma_view_q(p.q, p), dout = tma_view_q(p.dout, p);
   return tma_views_fit({&q, &dout});
 }

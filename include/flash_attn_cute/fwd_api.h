@@ -43,12 +43,31 @@ inline bool tma_views_fit(std::initializer_list<TensorView const*> views) {
   return true;
 }
 
-// Whether the warp-specialized kernel's TMA loads fit (fwd_ws_tma.h): fixed-length batches reading
-// their own batch entry whole (no varlen, seqused_k, leftpad, kv_batch_idx or page table), views
-// TMA can load.
+// A view as the TMA descriptors take it. Varlen views have no batch stride (0), which the driver
+// refuses: their one batch entry (the packed rows) gets the tensor's extent as its stride, never
+// stepped over.
+inline TensorView tma_packed_view(TensorView view, bool packed, index_t total_rows) {
+  if (packed) view.batch_stride = total_rows * view.row_stride;
+  return view;
+}
+inline TensorView tma_view_q(TensorView const& view, FwdParams const& p) {
+  return tma_packed_view(view, p.cu_seqlens_q != nullptr, p.total_q);
+}
+inline TensorView tma_view_k(TensorView const& view, FwdParams const& p) {
+  return tma_packed_view(view, p.cu_seqlens_k != nullptr, p.total_k);
+}
+// Whether a TMA coordinate reaches every row: packed rows, at least one (no descriptor for an empty
+// tensor), fewer than 2^31.
+inline bool tma_rows_fit(bool packed, index_t total_rows) { return !packed || (total_rows > 0 && total_rows <= INT32_MAX); }
+
+// Whether the warp-specialized kernel's TMA loads fit (fwd_ws_tma.h): each sequence's rows at a row
+// offset into its batch entry (varlen's packed rows, seqused_k's first keys; no leftpad,
+// kv_batch_idx or page table), views TMA can load.
 inline bool fwd_ws_tma_fits(FwdParams const& p) {
-  if (p.cu_seqlens_q || p.cu_seqlens_k || p.seqused_k || p.leftpad_k || p.kv_batch_idx || p.block_table) return false;
-  return tma_views_fit({&p.q, &p.k, &p.v});
+  if (p.leftpad_k || p.kv_batch_idx || p.block_table) return false;
+  if (!tma_rows_fit(p.cu_seqlens_q, p.total_q) || !tma_rows_fit(p.cu_seqlens_k, p.total_k)) return false;
+  const TensorView q = tma_view_q(p.q, p), k = tma_view_k(p.k, p), v = tma_view_k(p.v, p);
+  return tma_views_fit({&q, &k, &v});
 }
 
 // The window of a launch's rows as its kernel reads it: the plain kernels take theirs from

@@ -1,8 +1,9 @@
 // The warp-specialized Hopper forward (sm_90a), head dims from 64 on (tile_size.h): one persistent
 // CTA per SM of three warpgroups, taking its tiles from a counter (tile_order.h). Warpgroup 0, the
 // producer, loads Q and streams K and V through rings of shared-memory buffers (SmemRing, wgmma.h):
-// by TMA where the tensors allow it (fwd_ws_tma.h), else with cp.async as the other kernels' copies
-// (varlen, seqused_k, paged caches, unaligned strides). Warpgroups 1 and 2, the consumers, own 64
+// by TMA where the tensors allow it (fwd_ws_tma.h; varlen and seqused_k too, with the rows past a
+// sequence's end zeroed after they land), else with cp.async as the other kernels' copies (left
+// padding, kv_batch_idx, paged caches, unaligned strides). Warpgroups 1 and 2, the consumers, own 64
 // query rows each and take turns at the tensor cores (ping-pong): in its turn a consumer issues
 // P V of the previous key block and Q K^T of the next, then runs the softmax while the other
 // consumer's turn keeps the tensor cores busy (with kOverlapPV, Q K^T first, and the softmax also
@@ -46,6 +47,7 @@ struct FwdWsBarriers {
   SmemRing<kQStages> q;  // Q's buffers (one holds the tile's O in the epilogue where O has none of its own)
   SmemRing<kStages> k;
   SmemRing<kStages> v;
+  uint64_t tail;         // a box whose rows past its sequence's end the producer zeroes (fwd_ws_produce)
   int q_tile[kQStages];  // the tile whose Q a buffer holds, -1 when there is none left (set with Q)
   int next_tile[2];      // the producer's tiles fetched from the counter, alternately
 };
@@ -101,6 +103,33 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
   // read a later phase's parity as not done, and wait for good (session 36: the producer-store
   // branch hung so on many short tiles). With cp.async every thread fills its part.
   const bool waits_for_buffers = !params.ws_tma || tidx == 0;
+  // By TMA, a box's rows past its sequence's end are the next sequence's (varlen's packed rows) or
+  // keys past seqused_k, not the zeros TMA fills in past the tensor's end. Where a box has such
+  // rows that matter (Q's past the last row, V's past the last key; K's scores there are masked to
+  // -inf whatever K holds), warp 0 waits for the box on the tail barrier, zeroes them as cp.async
+  // leaves them, fences its writes for the MMAs' async proxy, and then fills the buffer.
+  const bool q_tails = params.cu_seqlens_q != nullptr;
+  const bool v_tails = params.cu_seqlens_k != nullptr || params.seqused_k != nullptr;
+  uint32_t tail_phase = 0;
+  // Thread 0's TMA copy (`issue`, to the barrier it is given) of `bytes` into `box`, use `use` of
+  // `ring`: to the buffer's barrier, or, where `tails` says rows from `rows` on may be another's,
+  // to the tail barrier, and warp 0 zeroes them before thread 0 fills the buffer's.
+  auto land = [&](auto& ring, int use, uint32_t bytes, auto& box, int rows, bool tails, auto const& issue) {
+    const bool zero_tail = tails && rows < int(size<0>(box));
+    if (zero_tail ? tidx >= 32 : tidx != 0) return;
+    if (tidx == 0) {
+      uint64_t& barrier = zero_tail ? barriers.tail : ring.full_barrier(use);
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&barrier, bytes);
+      issue(barrier);
+    }
+    if (!zero_tail) return;
+    cutlass::arch::ClusterBarrier::wait(&barriers.tail, tail_phase);
+    tail_phase ^= 1u;
+    zero_rows_from(box, rows, tidx, 32);
+    cutlass::arch::fence_view_async_shared();
+    __syncwarp();
+    if (tidx == 0) ring.commit_tma(use, 0);
+  };
   // The redo pass (FwdParams::redo_tiles, the checked kernels only) walks the listed tiles alone.
   const bool redo = sm90_checks_offset<Traits::kLoops> && params.redo_pass == RedoPass::kRedo;
   const int n_tiles = redo ? params.redo_tiles[0] : tiles.n_tiles();
@@ -127,18 +156,20 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
     if (waits_for_buffers) barriers.q.acquire(q_use);
     // Published by this thread's arrive on the buffer's barrier.
     if (tidx == 0) barriers.q_tile[barriers.q.stage(q_use)] = tile_index;
-    if (params.ws_tma) {  // thread 0 alone loads and commits
-      if (tidx == 0) {
-        if (range.n_block_max > range.n_block_min) {
-          barriers.q.commit_tma(q_use, FwdWsTma<Traits>::kBytesQ);
+    if (params.ws_tma) {  // thread 0 loads and commits (warp 0 with a tail to zero)
+      if (range.n_block_max > range.n_block_min) {
+        auto issue_q = [&](uint64_t& barrier) {
           Tensor mQ = tma.q.get_tma_tensor(tma_shape_q(params));
-          Tensor gQ = local_tile(mQ(_, _, tile.bidh, tile.bidb), typename FwdWsTma<Traits>::TileQ{},
+          Tensor mQ_seq = domain_offset(make_coord(int(binfo.q_row_start), _0{}),
+                                        mQ(_, _, tile.bidh, binfo.is_varlen ? 0 : tile.bidb));
+          Tensor gQ = local_tile(mQ_seq, typename FwdWsTma<Traits>::TileQ{},
                                  make_coord(tile.m_block, _0{}));  // (kBlockM, kHeadDim)
           auto cta_tma = tma.q.get_slice(_0{});
-          copy(tma.q.with(barriers.q.full_barrier(q_use)), cta_tma.partition_S(gQ), cta_tma.partition_D(sQ));
-        } else {
-          barriers.q.commit_tma(q_use, 0);
-        }
+          copy(tma.q.with(barrier), cta_tma.partition_S(gQ), cta_tma.partition_D(sQ));
+        };
+        land(barriers.q, q_use, FwdWsTma<Traits>::kBytesQ, sQ, binfo.seqlen_q - int(m_start), q_tails, issue_q);
+      } else if (tidx == 0) {
+        barriers.q.commit_tma(q_use, 0);
       }
       ++q_use;
     } else if (range.n_block_max > range.n_block_min) {
@@ -173,26 +204,28 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
       }
       ring.commit(i);
     };
-    // By TMA: thread 0 commits the buffer's bytes, then issues the copy.
-    auto load_tma = [&](SmemRing<Traits::kStages>& ring, Element* smem_ring, auto const& tma_kv, int n_block) {
-      if (tidx == 0) {
-        ring.acquire(i);
-        ring.commit_tma(i, FwdWsTma<Traits>::kBytesKV);
+    // By TMA: thread 0 waits for the buffer, then lands the box (the sequence's keys from k_row_start).
+    auto load_tma = [&](SmemRing<Traits::kStages>& ring, Element* smem_ring, auto const& tma_kv, int n_block,
+                        bool tails) {
+      if (tidx == 0) ring.acquire(i);
+      Tensor sKV = make_tensor(make_smem_ptr(smem_ring + ring.stage(i) * cosize_v<typename Traits::SmemLayoutKVStage>),
+                               typename Traits::SmemLayoutKVStage{});  // (kBlockN, kHeadDim)
+      auto issue_kv = [&](uint64_t& barrier) {
         Tensor mKV = tma_kv.get_tma_tensor(FwdWsTma<Traits>::shape_kv(params));
-        Tensor gKV = local_tile(mKV(_, _, bidh_kv, tile.bidb), typename FwdWsTma<Traits>::TileKV{},
+        Tensor mKV_seq = domain_offset(make_coord(int(binfo.k_row_start), _0{}), mKV(_, _, bidh_kv, binfo.k_batch));
+        Tensor gKV = local_tile(mKV_seq, typename FwdWsTma<Traits>::TileKV{},
                                 make_coord(n_block, _0{}));  // (kBlockN, kHeadDim)
-        Tensor sKV = make_tensor(make_smem_ptr(smem_ring + ring.stage(i) * cosize_v<typename Traits::SmemLayoutKVStage>),
-                                 typename Traits::SmemLayoutKVStage{});  // (kBlockN, kHeadDim)
         auto cta_tma = tma_kv.get_slice(_0{});
-        copy(tma_kv.with(ring.full_barrier(i)), cta_tma.partition_S(gKV), cta_tma.partition_D(sKV));
-      }
+        copy(tma_kv.with(barrier), cta_tma.partition_S(gKV), cta_tma.partition_D(sKV));
+      };
+      land(ring, i, FwdWsTma<Traits>::kBytesKV, sKV, binfo.seqlen_k - n_block * kBlockN, tails, issue_kv);
     };
     const KeyBlockWalk walk = fwd_ws_walk<Traits, Is_causal>(params, range, tile.m_block, binfo);
     for (int step = 0; step < walk.steps(); ++step, ++i) {
       const int n_block = walk.n_block(step);
       if (params.ws_tma) {
-        load_tma(barriers.k, smem_k, tma.k, n_block);
-        load_tma(barriers.v, smem_v, tma.v, n_block);
+        load_tma(barriers.k, smem_k, tma.k, n_block, false);
+        load_tma(barriers.v, smem_v, tma.v, n_block, v_tails);
       } else {
         const bool top = n_block == range.n_block_max - 1;
         load(barriers.k, smem_k, tKgK, n_block, top);
@@ -594,6 +627,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     barriers.q.init(producers, kConsumerThreads);
     barriers.k.init(producers, kConsumerThreads);
     barriers.v.init(producers, kConsumerThreads);
+    cutlass::arch::ClusterBarrier::init(&barriers.tail, 1);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();

@@ -89,16 +89,20 @@ auto tma_gmem(TensorView const& view, TmaShape const& shape) {
                      make_stride(view.row_stride, _1{}, view.head_stride, view.batch_stride));
 }
 // Q's extents (dO's too), which the descriptors are built with and the kernels index: varlen, the
-// packed rows as one batch entry (the Hopper backward's loads offset each sequence's rows into them).
+// packed rows as one batch entry (tma_view_q), each sequence's rows offset into them by the loads.
 CUTE_HOST_DEVICE TmaShape tma_shape_q(FwdParams const& p) {
   return p.cu_seqlens_q ? make_shape(int(p.total_q), p.head_dim, p.heads, 1)
                         : make_shape(p.seqlen_q, p.head_dim, p.heads, p.batch);
 }
-// A Q-side view as the descriptors take it: varlen views have no batch stride (0), which the driver
-// refuses; their one batch entry gets the packed tensor's extent as its stride, never stepped over.
-inline TensorView tma_view_q(TensorView view, FwdParams const& p) {
-  if (p.cu_seqlens_q) view.batch_stride = p.total_q * view.row_stride;
-  return view;
+// Zeroes rows [rows, kRows) of a (kRows, kHeadDim) tile of shared memory in a swizzled layout, 16
+// bytes a store (the swizzles move 16-byte chunks whole), by n_threads threads, this one `thread`.
+template <class SmemTile>
+__device__ __forceinline__ void zero_rows_from(SmemTile& tile, int rows, int thread, int n_threads) {
+  constexpr int kRows = decltype(size<0>(tile))::value;
+  constexpr int kChunks = decltype(size<1>(tile))::value / 8;
+  for (int c = thread; c < (kRows - rows) * kChunks; c += n_threads) {
+    *reinterpret_cast<uint4*>(&tile(rows + c / kChunks, c % kChunks * 8)) = make_uint4(0, 0, 0, 0);
+  }
 }
 
 // The forward's descriptors (each tensor as tma_gmem sees it).
@@ -113,8 +117,10 @@ struct FwdWsTma {
   static_assert(sizeof(Element) == 2);
 
   // K's and V's extents (Q's: tma_shape_q), which the descriptors are built with and the producer
-  // indexes: one place for both. Their batch extent: the glue sets kv_batch for caches only.
+  // indexes: one place for both. Varlen, the packed rows as one batch entry (tma_view_k); else the
+  // batch extent, which the glue sets in kv_batch for caches only.
   CUTE_HOST_DEVICE static TmaShape shape_kv(FwdParams const& p) {
+    if (p.cu_seqlens_k) return make_shape(int(p.total_k), p.head_dim, p.heads_k, 1);
     return make_shape(p.seqlen_k, p.head_dim, p.heads_k, p.kv_batch > 0 ? p.kv_batch : p.batch);
   }
 
@@ -129,16 +135,20 @@ struct FwdWsTma {
   // Whether the TMA loads can run for these params: they fit and the driver encodes all three.
   static bool usable(FwdParams const& p) {
     constexpr bool kFp16 = std::is_same_v<Element, cutlass::half_t>;
-    return fwd_ws_tma_fits(p) && tensor_map_encodes(p.q, tma_shape_q(p), kFp16, Traits::kBlockM, kBoxCols) &&
-           tensor_map_encodes(p.k, shape_kv(p), kFp16, Traits::kBlockN, kBoxCols) &&
-           tensor_map_encodes(p.v, shape_kv(p), kFp16, Traits::kBlockN, kBoxCols);
+    return fwd_ws_tma_fits(p) &&
+           tensor_map_encodes(tma_view_q(p.q, p), tma_shape_q(p), kFp16, Traits::kBlockM, kBoxCols) &&
+           tensor_map_encodes(tma_view_k(p.k, p), shape_kv(p), kFp16, Traits::kBlockN, kBoxCols) &&
+           tensor_map_encodes(tma_view_k(p.v, p), shape_kv(p), kFp16, Traits::kBlockN, kBoxCols);
   }
 
   static FwdWsTma make(FwdParams const& p) {
-    return {make_tma_copy(SM90_TMA_LOAD{}, gmem(p.q, tma_shape_q(p)), typename Traits::SmemLayoutQ{}, TileQ{}, _1{}),
-            make_tma_copy(SM90_TMA_LOAD{}, gmem(p.k, shape_kv(p)), typename Traits::SmemLayoutKVStage{}, TileKV{}, _1{}),
-            make_tma_copy(SM90_TMA_LOAD{}, gmem(p.v, shape_kv(p)), typename Traits::SmemLayoutKVStage{}, TileKV{},
-                          _1{})};
+    auto kv = [&](TensorView const& view) {
+      return make_tma_copy(SM90_TMA_LOAD{}, gmem(tma_view_k(view, p), shape_kv(p)), typename Traits::SmemLayoutKVStage{},
+                           TileKV{}, _1{});
+    };
+    return {make_tma_copy(SM90_TMA_LOAD{}, gmem(tma_view_q(p.q, p), tma_shape_q(p)), typename Traits::SmemLayoutQ{},
+                          TileQ{}, _1{}),
+            kv(p.k), kv(p.v)};
   }
 };
 

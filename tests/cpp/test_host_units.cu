@@ -1133,6 +1133,60 @@ FwdParams varlen_params(const int* cu_q, const int* cu_k, int max_q, int max_k, 
   return p;
 }
 
+// Which launches the Hopper kernels' TMA loads take (fwd_ws_tma_fits, bwd_sm90_tma_fits), and the
+// views and Q extents their descriptors are built with: varlen as one batch entry of the packed rows.
+void test_tma_fits() {
+  alignas(16) static char base[16];  // a 16-byte aligned address, never read
+  const int cu_q[] = {0, 5, 12, 12, 40}, cu_k[] = {0, 7, 7, 30, 31};
+  FwdParams p = varlen_params(cu_q, cu_k, 28, 23, 45, 36);
+  p.heads = 16;
+  p.heads_k = 8;
+  p.head_dim = 128;
+  p.q = {base, 0, 16 * 128, 128};  // (total_q, heads, dim): no batch stride
+  p.k = p.v = {base, 0, 8 * 128, 128};
+  CHECK(fwd_ws_tma_fits(p), "varlen");
+  CHECK_EQ(tma_view_q(p.q, p).batch_stride, 45 * 16 * 128, "varlen Q: the packed rows' extent");
+  CHECK_EQ(tma_view_k(p.v, p).batch_stride, 36 * 8 * 128, "varlen V: the packed rows' extent");
+  CHECK_EQ(tma_view_k(p.v, p).row_stride, 8 * 128, "varlen V: its row stride kept");
+  const TmaShape shape_q = tma_shape_q(p);
+  CHECK_EQ(get<0>(shape_q), 45, "varlen Q's rows: total_q");
+  CHECK_EQ(get<3>(shape_q), 1, "varlen Q's batch extent");
+  FwdParams used = p;
+  const int seqused[] = {3, 0, 20, 1};
+  used.seqused_k = seqused;
+  CHECK(fwd_ws_tma_fits(used), "varlen with seqused_k");
+  for (int which = 0; which < 5; ++which) {
+    FwdParams no = p;
+    const int pad[] = {0, 1, 0, 0};
+    if (which == 0) no.total_q = 0;                      // no descriptor for an empty tensor
+    if (which == 1) no.total_k = index_t{1} << 31;       // past an int32 coordinate
+    if (which == 2) no.leftpad_k = pad;                  // not at a row offset of a batch entry
+    if (which == 3) no.kv_batch_idx = pad;
+    if (which == 4) no.q.row_stride = 16 * 128 + 4;      // an 8-byte row stride
+    CHECK(!fwd_ws_tma_fits(no), fmt("case %d: cp.async", which));
+  }
+  // Fixed-length batches: the views as they are, seqlen_q rows a batch entry.
+  FwdParams fixed;
+  fixed.batch = 3;
+  fixed.seqlen_q = 100;
+  fixed.seqlen_k = 200;
+  fixed.head_dim = 64;
+  fixed.q = {base, 100 * 4 * 64, 4 * 64, 64};
+  fixed.k = fixed.v = {base, 200 * 64, 64, 200 * 64 * 3};  // (batch, heads, seqlen, dim) memory order
+  CHECK(fwd_ws_tma_fits(fixed), "fixed length");
+  CHECK_EQ(tma_view_q(fixed.q, fixed).batch_stride, 100 * 4 * 64, "fixed length: the batch stride kept");
+  CHECK_EQ(get<3>(tma_shape_q(fixed)), 3, "fixed length: the batch extent");
+  fixed.block_table = cu_q;
+  CHECK(!fwd_ws_tma_fits(fixed), "a paged cache: cp.async");
+  // The backward's Q and dO.
+  BwdParams b;
+  static_cast<FwdParams&>(b) = p;
+  b.dout = p.q;
+  CHECK(bwd_sm90_tma_fits(b), "backward, varlen");
+  b.total_q = 0;
+  CHECK(!bwd_sm90_tma_fits(b), "backward, no rows");
+}
+
 void test_block_info() {
   constexpr index_t k2to31 = index_t{1} << 31;
   {
@@ -1992,6 +2046,7 @@ const Case kCases[] = {
     {"split_range", test_split_range},
     {"split_combine", test_split_combine},
     {"block_info", test_block_info},
+    {"tma_fits", test_tma_fits},
     {"varlen_rows", test_varlen_rows},
     {"ws_tile_order", test_ws_tile_order},
     {"dropout_rng", test_dropout_rng},
