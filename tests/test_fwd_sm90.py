@@ -436,7 +436,7 @@ def test_warp_specialized_tiles_without_keys_among_tiles_with_keys(causal, windo
     blocks see no key (O = 0, LSE = +inf). With 1024 tiles over the persistent CTAs, a CTA's tiles
     with keys and without follow each other (causal: the bottom row blocks first; the window's
     tiles go head by head, so both ways). A tile without keys gets a Q buffer but no K or V, and
-    the tiles after it must still find their own (TMA loads: not varlen)."""
+    the tiles after it must still find their own (fixed-length batches: TMA loads)."""
     seqlen_q, seqlen_k, nheads = 1024, 200, 16
     slopes = torch.rand(nheads, device="cuda", dtype=torch.float32) * 0.3 if alibi else None
     variant = kernel_variant(window, 0.0, "per_head" if alibi else None, causal, seqlen_k)
@@ -468,7 +468,7 @@ def test_warp_specialized_consumers_without_rows(head_dim, causal, consumers, va
     """A consumer whose rows all lie past the sequence's end takes its turns without the tile's work
     (fwd_ws_consume's idle_turns): the other consumers' rows, the next tiles' and the next calls' all
     match the reference. Each length alone (TMA loads, many such tiles in a row), then all of them in
-    one varlen call (cp.async loads; an empty sequence and a one-row one among them), into poisoned
+    one varlen call (an empty sequence and a one-row one among them), into poisoned
     outputs."""
     if consumers == 3 and head_dim != 64:
         pytest.skip("three consumers: head dim 64 only")

@@ -93,7 +93,8 @@ constexpr int fwd_sm90_ctas_per_sm(int kernel_head_dim, Variant variant) {
 // 2048 keys at hdim 128 and 512 above, where longer steps hide a tile's start and epilogue better.
 // With TMA loads (session 22, two runs each) hdim 64 pays from 512 keys: non-causal 512 298 against
 // 273, causal 1024 270-271 against 266; at 256 (causal 512) it is 6 % slower, 191 against 202-203.
-// With cp.async loads (varlen, seqused_k, caches, unaligned strides) hdim 64 keeps 1024.
+// With cp.async loads (left padding, kv_batch_idx, paged caches, unaligned strides; varlen and
+// seqused_k until session 69) hdim 64 keeps 1024.
 // bf16 softcap's fixed-offset kernels (softcap_fixed_offset, caps up to 57.5; FwdKernelTraitsSm90Ws
 // passes three_consumers here) at head dims 64 to 128 have three consumer warpgroups
 // (192-row tiles; 64-key steps from 96 on, for S's registers) at 160 registers each (15 to 47 spill
