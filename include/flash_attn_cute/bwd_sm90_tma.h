@@ -20,8 +20,8 @@ inline bool bwd_sm90_tma_fits(BwdParams const& p) {
   return tma_views_fit({&q, &dout});
 }
 
-// The descriptors of Q and dO, (seqlen_q, head_dim, heads, batch) as tma_gmem sees them, each
-// loading one buffer (kBlockM, kHeadDim) of Traits::SmemLayoutQ.
+// The descriptors of Q and dO, of tma_shape_q's extents as tma_gmem sees them (varlen: the packed
+// rows as one batch entry), each loading one buffer (kBlockM, kHeadDim) of Traits::SmemLayoutQ.
 template <class Traits>
 struct BwdSm90Tma {
   using Element = typename Traits::Element;
