@@ -500,11 +500,8 @@ __device__ __forceinline__ void bwd_sm90_col_block(BwdParams const& params, BwdS
       // leaves them (the fence below hands these writes to the MMAs' async proxy).
       const int rows_left = binfo.seqlen_q - m_block * kBlockM;
       if (binfo.is_varlen && rows_left < kBlockM) {
-        for (int i = tidx; i < (kBlockM - rows_left) * kHeadDim; i += Traits::kNThreads) {
-          const int row = rows_left + i / kHeadDim, col = i % kHeadDim;
-          sQ(row, col, use % 2) = Element(0);
-          sdO(row, col, use % 2) = Element(0);
-        }
+        zero_rows_from(sQ(_, _, use % 2), rows_left, tidx, Traits::kNThreads);
+        zero_rows_from(sdO(_, _, use % 2), rows_left, tidx, Traits::kNThreads);
       }
     }
     wait_copies_and_sync();

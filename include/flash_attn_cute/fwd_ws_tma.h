@@ -97,7 +97,7 @@ CUTE_HOST_DEVICE TmaShape tma_shape_q(FwdParams const& p) {
 // Zeroes rows [rows, kRows) of a (kRows, kHeadDim) tile of shared memory in a swizzled layout, 16
 // bytes a store (the swizzles move 16-byte chunks whole), by n_threads threads, this one `thread`.
 template <class SmemTile>
-__device__ __forceinline__ void zero_rows_from(SmemTile& tile, int rows, int thread, int n_threads) {
+__device__ __forceinline__ void zero_rows_from(SmemTile tile, int rows, int thread, int n_threads) {
   constexpr int kRows = decltype(size<0>(tile))::value;
   constexpr int kChunks = decltype(size<1>(tile))::value / 8;
   for (int c = thread; c < (kRows - rows) * kChunks; c += n_threads) {
