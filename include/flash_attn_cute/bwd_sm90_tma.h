@@ -60,12 +60,9 @@ struct BwdSm90Tma {
     const int offset = ring.stage(use) * cosize_v<SmemLayoutQBuffer>;
     const bool varlen = p.cu_seqlens_q != nullptr;
     auto load_one = [&](CopyQ const& tma, Element* smem) {
-      Tensor m = tma.get_tma_tensor(tma_shape_q(p));
-      Tensor rows = domain_offset(make_coord(int(row_start), _0{}), m(_, _, bidh, varlen ? 0 : bidb));
-      Tensor g = local_tile(rows, TileQ{}, make_coord(m_block, _0{}));  // (kBlockM, kHeadDim)
       Tensor s = make_tensor(make_smem_ptr(smem + offset), SmemLayoutQBuffer{});
-      auto cta_tma = tma.get_slice(_0{});
-      copy(tma.with(ring.full_barrier(use)), cta_tma.partition_S(g), cta_tma.partition_D(s));
+      tma_load_row_block<TileQ>(tma, tma_shape_q(p), int(row_start), bidh, varlen ? 0 : bidb, m_block, s,
+                                ring.full_barrier(use));
     };
     load_one(q, smem_q);
     load_one(dout, smem_do);

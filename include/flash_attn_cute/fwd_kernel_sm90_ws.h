@@ -159,13 +159,9 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
     if (params.ws_tma) {  // thread 0 loads and commits (warp 0 with a tail to zero)
       if (range.n_block_max > range.n_block_min) {
         auto issue_q = [&](uint64_t& barrier) {
-          Tensor mQ = tma.q.get_tma_tensor(tma_shape_q(params));
-          Tensor mQ_seq = domain_offset(make_coord(int(binfo.q_row_start), _0{}),
-                                        mQ(_, _, tile.bidh, binfo.is_varlen ? 0 : tile.bidb));
-          Tensor gQ = local_tile(mQ_seq, typename FwdWsTma<Traits>::TileQ{},
-                                 make_coord(tile.m_block, _0{}));  // (kBlockM, kHeadDim)
-          auto cta_tma = tma.q.get_slice(_0{});
-          copy(tma.q.with(barrier), cta_tma.partition_S(gQ), cta_tma.partition_D(sQ));
+          tma_load_row_block<typename FwdWsTma<Traits>::TileQ>(tma.q, tma_shape_q(params), int(binfo.q_row_start),
+                                                               tile.bidh, binfo.is_varlen ? 0 : tile.bidb,
+                                                               tile.m_block, sQ, barrier);
         };
         land(barriers.q, q_use, FwdWsTma<Traits>::kBytesQ, sQ, binfo.seqlen_q - int(m_start), q_tails, issue_q);
       } else if (tidx == 0) {
@@ -211,12 +207,9 @@ __device__ __forceinline__ void fwd_ws_produce(FwdParams const& params, FwdWsTma
       Tensor sKV = make_tensor(make_smem_ptr(smem_ring + ring.stage(i) * cosize_v<typename Traits::SmemLayoutKVStage>),
                                typename Traits::SmemLayoutKVStage{});  // (kBlockN, kHeadDim)
       auto issue_kv = [&](uint64_t& barrier) {
-        Tensor mKV = tma_kv.get_tma_tensor(FwdWsTma<Traits>::shape_kv(params));
-        Tensor mKV_seq = domain_offset(make_coord(int(binfo.k_row_start), _0{}), mKV(_, _, bidh_kv, binfo.k_batch));
-        Tensor gKV = local_tile(mKV_seq, typename FwdWsTma<Traits>::TileKV{},
-                                make_coord(n_block, _0{}));  // (kBlockN, kHeadDim)
-        auto cta_tma = tma_kv.get_slice(_0{});
-        copy(tma_kv.with(barrier), cta_tma.partition_S(gKV), cta_tma.partition_D(sKV));
+        tma_load_row_block<typename FwdWsTma<Traits>::TileKV>(tma_kv, FwdWsTma<Traits>::shape_kv(params),
+                                                              int(binfo.k_row_start), bidh_kv, binfo.k_batch, n_block,
+                                                              sKV, barrier);
       };
       land(ring, i, FwdWsTma<Traits>::kBytesKV, sKV, binfo.seqlen_k - n_block * kBlockN, tails, issue_kv);
     };

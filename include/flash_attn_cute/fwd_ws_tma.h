@@ -105,6 +105,18 @@ __device__ __forceinline__ void zero_rows_from(SmemTile tile, int rows, int thre
   }
 }
 
+// One thread: by TMA, row block `block` (Tile's rows) of head `head` of a sequence whose rows start at
+// row_start of batch entry `batch` (varlen: the packed rows, entry 0) of the descriptor's tensor
+// (`shape`, its extents), into smem, `barrier` told of the bytes.
+template <class Tile, class Copy, class SmemTensor>
+__device__ __forceinline__ void tma_load_row_block(Copy const& tma, TmaShape const& shape, int row_start, int head,
+                                                   int batch, int block, SmemTensor const& smem, uint64_t& barrier) {
+  Tensor rows = domain_offset(make_coord(row_start, _0{}), tma.get_tma_tensor(shape)(_, _, head, batch));
+  Tensor g = local_tile(rows, Tile{}, make_coord(block, _0{}));  // (Tile's rows, head_dim)
+  auto cta_tma = tma.get_slice(_0{});
+  copy(tma.with(barrier), cta_tma.partition_S(g), cta_tma.partition_D(smem));
+}
+
 // The forward's descriptors (each tensor as tma_gmem sees it).
 template <class Traits>
 struct FwdWsTma {
