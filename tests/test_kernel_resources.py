@@ -20,8 +20,8 @@ MAX_STACK_BYTES = 128
 # The dropout kernels at head dim 64: without softcap, 128 query rows a step, 120 / 216 bytes of
 # spill stores / loads through a 128-byte frame (with the TMA loads; 64 rows, spilling none, measured
 # 0-6 % slower, session 60); softcap's at 64 rows since session 60, none (at 128 rows it took a
-# 216-232-byte frame). Softcap + ALiBi's score-mod kernel at head dim 32 on 128 rows since session 61
-# (24-48 bytes).
+# 216-232-byte frame). Softcap + ALiBi's score-mod kernel on 128 rows at head dim 32 since session 61
+# (24-48 bytes) and at 64 since session 71 (causal 40 bytes: 36 / 100 bytes of spill stores / loads).
 # Since session 69 that dropout kernel takes a 136-byte frame (132 / 244 bytes): the zeroing of a varlen
 # sequence's last row block after its TMA loads (bwd_kernel_sm90.h, begin_step) holds two more
 # registers in every form tried (element stores, 16-byte stores, the load's row offset recomputed;

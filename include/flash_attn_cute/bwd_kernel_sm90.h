@@ -72,8 +72,9 @@ __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_g
 // a 928-byte stack frame with 128 rows (session 43: forward + backward 6.6 times the plain one's);
 // split by softcap (Sm90BwdCap), its kernel without softcap takes 128 (two copies of the score loop:
 // a 72-byte frame, 84 bytes of spill stores), and so does softcap's without ALiBi (one copy: 72 / 84
-// bytes, sm_90a, session 49); softcap's with ALiBi 64 at head dim 64 (ptxas: 96-112 / 108-132 bytes
-// at 128), 128 at 32 (session 61, H100: backward 1.18-1.24x faster than at 64; 24-48-byte frames). The
+// bytes, sm_90a, session 49); softcap's with ALiBi too: at head dim 32 since session 61 (H100: backward
+// 1.18-1.24x faster than at 64; 24-48-byte frames), at 64 since session 71 (H100, bf16: 1.11x causal,
+// 1.20x non-causal; causal a 40-byte frame, 36 / 100 bytes, where session 49's kernel spilled 96-132). The
 // dropout kernel is split by softcap too (session 49): without softcap's code in it, its 128-row
 // step spills 152 / 244 bytes (stores / loads; 74 local-memory accesses a step) against 512 / 792
 // (272). Its softcap kernel kept 128 rows until the TMA loads (session 46, cp.async: at 64 rows,
@@ -88,8 +89,7 @@ enum class Sm90BwdCap {
   kCapAlibi  // the score-mod kernel's softcap with ALiBi
 };
 constexpr int bwd_sm90_block_m(int head_dim, Variant variant, Sm90BwdCap cap = Sm90BwdCap::kNone) {
-  const bool rows_64 = head_dim > 32 && ((variant == Variant::kScoreMods && cap == Sm90BwdCap::kCapAlibi) ||
-                                         (variant == Variant::kDropout && cap == Sm90BwdCap::kCap));
+  const bool rows_64 = head_dim > 32 && variant == Variant::kDropout && cap == Sm90BwdCap::kCap;
   return head_dim <= 64 && !rows_64 ? 128 : 64;
 }
 
